@@ -1,0 +1,3 @@
+from agentforge.cli import main
+
+main()

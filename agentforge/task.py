@@ -1,0 +1,316 @@
+"""A problem in KernelBench's format, plus this project's optional metadata.
+
+A task file defines `Model`, `get_inputs()` and `get_init_inputs()`, reading its sizes from
+module-level globals, exactly as KernelBench's problems do, so any KernelBench checkout loads
+unchanged. This project's own tasks may add, at module level:
+
+    DTYPE = "bfloat16"                    # dtype of floating inputs and weights (default float32)
+    TOLERANCE = {"atol": 2e-2, "rtol": 2e-2}   # default: per dtype, see DEFAULT_TOLERANCES
+    SHAPES = {"default": {"M": 4096}, "small": {"M": 64}, "odd": {"M": 999}}
+    TAGS = ["gemm", "memory-bound"]
+    ALLOWED_TORCH_OPS = ["aten::cumsum"]  # PyTorch compute a candidate may still call
+    def flops(M, ...): ...                # floating-point operations of one forward call
+    def bytes_moved(M, ...): ...          # minimum DRAM bytes of one forward call
+
+A shape variant overrides the module globals named by its keys before `get_inputs()` and
+`get_init_inputs()` run. Inputs and weights always come from an explicit seed, never from
+global RNG state.
+
+This module imports only the standard library and torch: the sandbox child loads tasks on
+bare GPU images.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import itertools
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+DEFAULT_SHAPE = "default"
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float64": torch.float64,
+}
+
+DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
+    # (atol, rtol) against a float64 reference (float32 for half-precision tasks).
+    "float32": (1e-4, 1e-4),
+    "float16": (1e-2, 1e-2),
+    "bfloat16": (2e-2, 2e-2),
+    "float64": (1e-8, 1e-8),
+}
+
+_module_counter = itertools.count()
+
+
+class TaskLoadError(Exception):
+    """A task file that cannot serve as a problem; the message names the file and the problem."""
+
+    def __init__(self, where: str, problem: str):
+        super().__init__(f"{where}: {problem}")
+        self.where = where
+        self.problem = problem
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float
+    rtol: float
+
+
+class Task:
+    """One loaded problem. Each instance owns a private module object, so shape overrides of
+    one Task never leak into another."""
+
+    def __init__(self, name: str, source: str, path: Path | None = None):
+        self.name = name
+        self.source = source
+        self.path = path
+        self.module = _exec_source(source, where=str(path or name))
+        self._validate()
+
+    # ----- metadata -------------------------------------------------------------------------
+    @property
+    def level(self) -> str | None:
+        head = self.name.split("/", 1)[0]
+        return head if head.startswith("level") else None
+
+    @property
+    def dtype_name(self) -> str:
+        return str(getattr(self.module, "DTYPE", "float32"))
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype_name]
+
+    @property
+    def tolerance(self) -> Tolerance:
+        declared = getattr(self.module, "TOLERANCE", None)
+        if declared is None:
+            atol, rtol = DEFAULT_TOLERANCES[self.dtype_name]
+        elif isinstance(declared, int | float):
+            atol = rtol = float(declared)
+        else:
+            atol, rtol = float(declared["atol"]), float(declared["rtol"])
+        return Tolerance(atol=atol, rtol=rtol)
+
+    @property
+    def shapes(self) -> dict[str, dict[str, Any]]:
+        declared = dict(getattr(self.module, "SHAPES", {}) or {})
+        declared.setdefault(DEFAULT_SHAPE, {})
+        return declared
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        return tuple(getattr(self.module, "TAGS", ()) or ())
+
+    @property
+    def allowed_torch_ops(self) -> tuple[str, ...]:
+        return tuple(getattr(self.module, "ALLOWED_TORCH_OPS", ()) or ())
+
+    @property
+    def source_hash(self) -> str:
+        return hashlib.sha256(self.source.encode()).hexdigest()[:16]
+
+    def sizes(self, shape: str = DEFAULT_SHAPE) -> dict[str, Any]:
+        """The module-level sizes in force for a shape variant (its overrides applied)."""
+        overrides = self._shape_overrides(shape)
+        base = {k: v for k, v in vars(self.module).items() if _is_size(k, v)}
+        return {**base, **overrides}
+
+    def flops(self, shape: str = DEFAULT_SHAPE) -> float | None:
+        return self._metric("flops", shape)
+
+    def bytes_moved(self, shape: str = DEFAULT_SHAPE) -> float | None:
+        return self._metric("bytes_moved", shape)
+
+    # ----- materialisation --------------------------------------------------------------
+    def make_inputs(
+        self, seed: int, shape: str = DEFAULT_SHAPE, device: str | torch.device = "cpu",
+        dtype: torch.dtype | None = None,
+    ) -> list[Any]:
+        """Inputs for one call, drawn from `seed` on the CPU, then moved and cast.
+
+        Floating tensors take `dtype` (the task's dtype by default); other tensors keep theirs.
+        """
+        with self.shape_variant(shape), _seeded(seed):
+            inputs = list(self.module.get_inputs())
+        return [_place(x, device, dtype or self.dtype) for x in inputs]
+
+    def init_inputs(self, shape: str = DEFAULT_SHAPE) -> list[Any]:
+        with self.shape_variant(shape):
+            return list(self.module.get_init_inputs())
+
+    def make_model(
+        self, seed: int, shape: str = DEFAULT_SHAPE, device: str | torch.device = "cpu",
+        dtype: torch.dtype | None = None, model_cls: type | None = None,
+    ) -> torch.nn.Module:
+        """The reference `Model` (or `model_cls`) with weights drawn from `seed`."""
+        cls = model_cls or self.module.Model
+        init = self.init_inputs(shape)
+        with self.shape_variant(shape), _seeded(seed):
+            model = cls(*init)
+        return model.to(device=device, dtype=dtype or self.dtype).eval()
+
+    def instantiate_on_meta(self, shape: str = DEFAULT_SHAPE) -> torch.nn.Module:
+        """Build `Model` without allocating its weights (for listing huge suites)."""
+        init = self.init_inputs(shape)
+        with self.shape_variant(shape), torch.device("meta"):
+            return self.module.Model(*init)
+
+    @contextlib.contextmanager
+    def shape_variant(self, shape: str) -> Iterator[None]:
+        overrides = self._shape_overrides(shape)
+        saved = {k: vars(self.module)[k] for k in overrides if k in vars(self.module)}
+        vars(self.module).update(overrides)
+        try:
+            yield
+        finally:
+            for key in overrides:
+                if key in saved:
+                    vars(self.module)[key] = saved[key]
+                else:
+                    vars(self.module).pop(key, None)
+
+    # ----- internals --------------------------------------------------------------------
+    def _shape_overrides(self, shape: str) -> dict[str, Any]:
+        shapes = self.shapes
+        if shape not in shapes:
+            raise KeyError(f"task {self.name} has no shape {shape!r}; it has {sorted(shapes)}")
+        return dict(shapes[shape])
+
+    def _metric(self, fn_name: str, shape: str) -> float | None:
+        fn = getattr(self.module, fn_name, None)
+        if not callable(fn):
+            return None
+        sizes = self.sizes(shape)
+        wanted = fn.__code__.co_varnames[: fn.__code__.co_argcount]
+        return float(fn(**{k: sizes[k] for k in wanted}))
+
+    def _validate(self) -> None:
+        where = str(self.path or self.name)
+        for attr in ("Model", "get_inputs", "get_init_inputs"):
+            if not hasattr(self.module, attr):
+                raise TaskLoadError(where, f"defines no `{attr}`")
+        if not (isinstance(self.module.Model, type) and issubclass(self.module.Model, torch.nn.Module)):
+            raise TaskLoadError(where, "`Model` is not a torch.nn.Module subclass")
+        if self.dtype_name not in DTYPES:
+            raise TaskLoadError(where, f"DTYPE {self.dtype_name!r} is not one of {sorted(DTYPES)}")
+        for shape, sizes in self.shapes.items():
+            if not isinstance(sizes, dict):
+                raise TaskLoadError(where, f"SHAPES[{shape!r}] is not a dict of module globals")
+
+    def __repr__(self) -> str:
+        return f"Task({self.name!r})"
+
+
+# ----- loading ----------------------------------------------------------------------------
+def default_tasks_root() -> Path:
+    return Path(__file__).resolve().parent.parent / "tasks"
+
+
+def load_task(ref: str | Path, root: Path | None = None) -> Task:
+    """Load a task by file path, or by `level/name` (with or without `.py`) under `root`."""
+    path = resolve_task_path(ref, root)
+    try:
+        source = path.read_text()
+    except OSError as exc:
+        raise TaskLoadError(str(path), f"cannot read: {exc.strerror}") from exc
+    return Task(task_name_for(path), source, path)
+
+
+def resolve_task_path(ref: str | Path, root: Path | None = None) -> Path:
+    candidate = Path(ref)
+    if candidate.is_file():
+        return candidate.resolve()
+    root = root or default_tasks_root()
+    for option in (root / candidate, root / f"{candidate}.py"):
+        if option.is_file():
+            return option.resolve()
+    raise TaskLoadError(str(ref), f"no such task file (looked in {root})")
+
+
+def task_name_for(path: Path) -> str:
+    """`level1/relu` for tasks/level1/relu.py; the bare stem for a file outside any level."""
+    parent = path.resolve().parent.name
+    return f"{parent}/{path.stem}" if parent.startswith("level") else path.stem
+
+
+def discover(root: Path | None = None) -> list[Path]:
+    """Every problem file under `root`, in level order; a KernelBench checkout's
+    `KernelBench/level*/` layout is found too."""
+    root = Path(root or default_tasks_root())
+    files = sorted(p for p in root.rglob("level*/*.py") if not p.name.startswith("_"))
+    return sorted(files, key=lambda p: (_level_number(p.parent.name), _natural_key(p.name)))
+
+
+def _level_number(name: str) -> int:
+    digits = "".join(ch for ch in name if ch.isdigit())
+    return int(digits) if digits else 0
+
+
+def _natural_key(name: str) -> tuple[Any, ...]:
+    head = "".join(itertools.takewhile(str.isdigit, name))
+    return (int(head) if head else 1 << 30, name)
+
+
+def _exec_source(source: str, where: str) -> ModuleType:
+    module_name = f"agentforge_task_{next(_module_counter)}"
+    try:
+        code = compile(source, where, "exec")
+    except SyntaxError as exc:
+        raise TaskLoadError(where, f"syntax error at line {exc.lineno}: {exc.msg}") from exc
+    spec = importlib.util.spec_from_loader(module_name, loader=None)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    module.__file__ = where
+    # Registered so that classes defined in the task pickle and dataclasses resolve.
+    sys.modules[module_name] = module
+    try:
+        exec(code, vars(module))
+    except Exception as exc:
+        sys.modules.pop(module_name, None)
+        raise TaskLoadError(where, f"fails on import: {type(exc).__name__}: {exc}") from exc
+    return module
+
+
+def _is_size(key: str, value: Any) -> bool:
+    return not key.startswith("_") and isinstance(value, int | float | tuple) and not isinstance(value, bool)
+
+
+@contextlib.contextmanager
+def _seeded(seed: int) -> Iterator[None]:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+def _place(value: Any, device: str | torch.device, dtype: torch.dtype) -> Any:
+    if isinstance(value, torch.Tensor):
+        if value.is_floating_point():
+            return value.to(device=device, dtype=dtype)
+        return value.to(device=device)
+    if isinstance(value, list | tuple):
+        return type(value)(_place(v, device, dtype) for v in value)
+    return value
+
+
+def flatten_tensors(value: Any) -> Sequence[torch.Tensor]:
+    """The tensors of a (possibly nested) output, in order."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [t for v in value for t in flatten_tensors(v)]
+    return []

@@ -1,0 +1,386 @@
+"""EvalJob in, EvalResult out: the one contract every consumer of a measurement reads.
+
+Frozen standard-library dataclasses that round-trip through JSON (`to_json` / `from_json`):
+the evaluator runs on bare GPU images, so no pydantic. Units live in field names (`median_us`),
+raw samples are kept, rounding happens only when rendering.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+EVALUATOR_VERSION = "0.1.0"
+
+T = TypeVar("T")
+
+
+class Status(str, enum.Enum):
+    """The one verdict. Ordered roughly by how far the candidate got."""
+
+    OK = "ok"
+    COMPILE_ERROR = "compile_error"
+    RUNTIME_ERROR = "runtime_error"
+    MISMATCH = "mismatch"
+    INTEGRITY_FLAG = "integrity_flag"
+    TIMEOUT = "timeout"
+    CRASH = "crash"
+
+
+class Stage(str, enum.Enum):
+    """How far the evaluation got; the stage a failure is reported at."""
+
+    SANDBOX = "sandbox"
+    BUILD = "build"
+    LOAD = "load"
+    CORRECTNESS = "correctness"
+    INTEGRITY = "integrity"
+    TIMING = "timing"
+    PROFILE = "profile"
+    DONE = "done"
+
+
+TRACKS = ("hardened", "kernelbench")
+
+
+# ----- the job ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TimingConfig:
+    warmup: int = 3
+    min_reps: int = 10
+    max_reps: int = 200
+    target_rel_stderr: float = 0.005  # stop once stderr / mean is under this
+    time_cap_s: float = 10.0  # per timed subject and shape
+    flush_l2: bool = True
+    statistic: str = "median"  # the figure speedups are computed from: median | mean
+    fresh_inputs: bool = True  # new input contents for every timed call
+    recheck_fraction: float = 0.1  # share of timed outputs re-checked against the reference
+
+
+@dataclass(frozen=True)
+class CorrectnessConfig:
+    trials: int = 5
+    base_seed: int = 42
+    reference_dtype: str | None = None  # None: float64 for fp32 tasks, float32 for half tasks
+    atol: float | None = None  # None: the task's tolerance
+    rtol: float | None = None
+
+
+@dataclass(frozen=True)
+class Measure:
+    """What a job asks the evaluator to do beyond build and correctness."""
+
+    timing: bool = True
+    baselines: tuple[str, ...] = ("eager", "compile")  # compile = best of default, max-autotune
+    compile_modes: tuple[str, ...] = ("default", "max-autotune")
+    profile: bool = False
+    integrity: bool = True
+
+
+@dataclass(frozen=True)
+class EvalJob:
+    task_name: str
+    task_source: str
+    candidate_source: str
+    backend: str = "cpu"
+    device: str = "cpu"  # "cpu" or "cuda[:N]"
+    track: str = "hardened"
+    shapes: tuple[str, ...] = ()  # empty: every shape variant of the task
+    timing_shape: str = "default"  # the variant timed and profiled
+    measure: Measure = field(default_factory=Measure)
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    correctness: CorrectnessConfig = field(default_factory=CorrectnessConfig)
+    cuda_arch: str = "sm_90a"  # for compile-only CUDA verdicts without a GPU
+    compile_only: bool = False
+    cache_dir: str | None = None
+    candidate_meta: dict[str, Any] = field(default_factory=dict)  # provenance, carried through
+
+    def to_json(self) -> str:
+        return to_json(self)
+
+    @classmethod
+    def from_json(cls, text: str) -> EvalJob:
+        return from_json(cls, text)
+
+
+# ----- the stage records --------------------------------------------------------------------
+@dataclass(frozen=True)
+class KernelResources:
+    """What ptxas (or the CPU compiler) reports for one kernel."""
+
+    name: str
+    registers: int | None = None
+    shared_bytes: int | None = None
+    stack_bytes: int | None = None
+    spill_store_bytes: int | None = None
+    spill_load_bytes: int | None = None
+    constant_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class CompileRecord:
+    ok: bool
+    backend: str
+    seconds: float = 0.0
+    cached: bool = False
+    path: str = ""  # which build path served: load_inline | lean-nvcc | nvrtc | triton | ...
+    arch: str | None = None
+    log_tail: str = ""
+    resources: tuple[KernelResources, ...] = ()
+    sass_histogram: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CorrectnessRecord:
+    shape: str
+    seed: int
+    passed: bool
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    failed_check: str | None = None  # shape | dtype | nan | allclose | output_count | exception
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Flag:
+    """An integrity rule that fired, and the evidence for it."""
+
+    rule: str
+    evidence: str
+    severity: str = "reject"  # reject | audit (marked for a person, not rejected)
+
+
+@dataclass(frozen=True)
+class TimingStats:
+    median_us: float
+    mean_us: float
+    stdev_us: float
+    min_us: float
+    max_us: float
+    n: int
+    rel_stderr: float
+    samples_us: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class TimingRecord:
+    shape: str
+    method: str  # cuda-events | host-monotonic
+    candidate: TimingStats
+    baselines: dict[str, TimingStats] = field(default_factory=dict)  # eager, compile-default, ...
+    l2_flushed: bool = False
+    interleaved: bool = True
+    rechecked_outputs: int = 0
+
+
+@dataclass(frozen=True)
+class RooflineRecord:
+    flops: float | None
+    bytes: float | None
+    floor_us: float | None  # speed-of-light time from the device's ceilings
+    arithmetic_intensity: float | None
+    sol_fraction: float | None  # floor_us / measured time
+    label: str  # memory-bound | compute-bound | latency-bound | unknown
+    ceilings_source: str = ""  # measured | datasheet | unknown
+
+
+@dataclass(frozen=True)
+class ProfileRecord:
+    available: bool
+    reason: str = ""  # why not, when unavailable
+    tool: str = "ncu"
+    kernels: tuple[dict[str, Any], ...] = ()  # per kernel: name + curated metrics
+    totals: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ErrorRecord:
+    type: str
+    message: str
+    traceback_tail: str = ""
+    signal: int | None = None
+    exit_code: int | None = None
+    stderr_tail: str = ""
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    kind: str  # cpu | cuda
+    name: str
+    driver: str | None = None
+    capability: str | None = None
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class EvalProvenance:
+    evaluator_version: str = EVALUATOR_VERSION
+    track: str = "hardened"
+    track_settings: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    device: DeviceInfo | None = None
+    host: str = ""
+    started_at: str = ""
+    duration_s: float = 0.0
+    sandbox: str = ""  # which sandbox backend ran it, with its isolation
+
+
+# ----- the verdict --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class EvalResult:
+    task_name: str
+    candidate_hash: str
+    backend: str
+    status: Status
+    stage: Stage
+    compile: CompileRecord | None = None
+    correctness: tuple[CorrectnessRecord, ...] = ()
+    flags: tuple[Flag, ...] = ()
+    timing: TimingRecord | None = None
+    roofline: RooflineRecord | None = None
+    profile: ProfileRecord | None = None
+    error: ErrorRecord | None = None
+    provenance: EvalProvenance = field(default_factory=EvalProvenance)
+    candidate_meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def compiled(self) -> bool:
+        return self.compile is not None and self.compile.ok
+
+    @property
+    def correct(self) -> bool:
+        return bool(self.correctness) and all(r.passed for r in self.correctness)
+
+    @property
+    def rejecting_flags(self) -> tuple[Flag, ...]:
+        return tuple(f for f in self.flags if f.severity == "reject")
+
+    @property
+    def accepted(self) -> bool:
+        """Compiled, correct on every input set and shape, and no rejecting integrity flag."""
+        return self.status == Status.OK and self.compiled and self.correct and not self.rejecting_flags
+
+    def _time(self, subject: str | None) -> float | None:
+        if self.timing is None:
+            return None
+        stats = self.timing.candidate if subject is None else self.timing.baselines.get(subject)
+        return None if stats is None else stats.median_us
+
+    @property
+    def candidate_us(self) -> float | None:
+        return self._time(None)
+
+    @property
+    def eager_us(self) -> float | None:
+        return self._time("eager")
+
+    @property
+    def compile_us(self) -> float | None:
+        """The best torch.compile mode measured."""
+        if self.timing is None:
+            return None
+        modes = [s.median_us for k, s in self.timing.baselines.items() if k.startswith("compile")]
+        return min(modes) if modes else None
+
+    @property
+    def speedup(self) -> float | None:
+        """Eager time / candidate time, for accepted candidates only."""
+        return _ratio(self.eager_us, self.candidate_us) if self.accepted else None
+
+    @property
+    def speedup_vs_compile(self) -> float | None:
+        return _ratio(self.compile_us, self.candidate_us) if self.accepted else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data, with the derived verdict fields beside the records."""
+        data = to_plain(self)
+        data.update(
+            accepted=self.accepted, speedup=self.speedup, speedup_vs_compile=self.speedup_vs_compile,
+            candidate_us=self.candidate_us, eager_us=self.eager_us, compile_us=self.compile_us,
+        )
+        return data
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> EvalResult:
+        return from_json(cls, text)
+
+    def summary(self) -> str:
+        """One line for logs and progress views."""
+        head = f"{self.task_name} [{self.backend}] {self.status.value} at {self.stage.value}"
+        if self.speedup is not None:
+            head += f", {self.speedup:.2f}x vs eager"
+            if self.speedup_vs_compile is not None:
+                head += f", {self.speedup_vs_compile:.2f}x vs compile"
+        if self.flags:
+            head += ", flags: " + ", ".join(f.rule for f in self.flags)
+        if self.error is not None:
+            head += f" ({self.error.type}: {self.error.message[:120]})"
+        return head
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or denominator is None or denominator <= 0:
+        return None
+    return numerator / denominator
+
+
+# ----- JSON codec ---------------------------------------------------------------------------
+# Derived fields written by EvalResult.to_dict; ignored when reading back.
+_DERIVED = {"accepted", "speedup", "speedup_vs_compile", "candidate_us", "eager_us", "compile_us"}
+
+
+def to_plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {str(k): to_plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_plain(v) for v in value]
+    return value
+
+
+def to_json(value: Any) -> str:
+    return json.dumps(to_plain(value), allow_nan=False)
+
+
+def from_json(cls: type[T], text: str) -> T:
+    return from_plain(cls, json.loads(text))
+
+
+def from_plain(cls: Any, data: Any) -> Any:
+    """Rebuild a dataclass tree from `to_plain` output, strictly: unknown keys are an error."""
+    if data is None:
+        return None
+    origin = typing.get_origin(cls)
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(cls) if a is not type(None)]
+        return from_plain(options[0], data) if len(options) == 1 else data
+    if origin is tuple:
+        args = typing.get_args(cls)
+        return tuple(from_plain(args[0], v) for v in data) if args else tuple(data)
+    if origin is dict:
+        _, value_type = typing.get_args(cls)
+        return {k: from_plain(value_type, v) for k, v in data.items()}
+    if origin is list:
+        (item_type,) = typing.get_args(cls)
+        return [from_plain(item_type, v) for v in data]
+    if isinstance(cls, type) and issubclass(cls, enum.Enum):
+        return cls(data)
+    if dataclasses.is_dataclass(cls):
+        hints = typing.get_type_hints(cls)
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - names - _DERIVED
+        if unknown:
+            raise ValueError(f"{cls.__name__} has no fields {sorted(unknown)}")
+        return cls(**{k: from_plain(hints[k], v) for k, v in data.items() if k in names})
+    return data

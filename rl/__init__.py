@@ -1,0 +1,1 @@
+"""Reinforcement fine-tuning on measured speedups: rewards, prompts, data, trainers."""

@@ -1,0 +1,1 @@
+"""Where an evaluation job runs: a limited child process (default), a container, a Ray pool."""
