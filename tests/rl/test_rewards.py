@@ -1,0 +1,153 @@
+"""The reward table: each status, each shaper, the significance gate, the milestones."""
+
+from __future__ import annotations
+
+import math
+import pickle
+
+import pytest
+from agentforge.evaluator.result import Flag, Status
+from agentforge.rl.rewards import (
+    SHAPERS,
+    RewardConfig,
+    RewardConfigError,
+    Significance,
+    build_rewarder,
+)
+
+FAILURE = -1.0
+
+
+@pytest.mark.parametrize("status", [s for s in Status if s != Status.OK])
+def test_every_failing_status_gets_the_failure_reward(make_result, status):
+    rewarder = build_rewarder(RewardConfig(shaper="log_speedup"))
+    record = rewarder.score(make_result(status, candidate_us=10.0))
+    assert record.reward == FAILURE
+    assert not record.accepted
+    assert record.status == status.value
+    assert record.components == {"gate": FAILURE}
+
+
+@pytest.mark.parametrize("shaper", sorted(SHAPERS))
+@pytest.mark.parametrize("kind", ["ok", "not_compiled", "incorrect", "reject_flag", "audit_flag"])
+def test_reward_table_for_ok_status(make_result, shaper, kind):
+    flags = {"reject_flag": (Flag("side_stream", "stream 7"),),
+             "audit_flag": (Flag("speedup_over_10x", "12x", severity="audit"),)}.get(kind, ())
+    result = make_result(Status.OK, candidate_us=50.0, flags=flags,
+                         compiled=kind != "not_compiled", correct=kind != "incorrect")
+    record = build_rewarder(RewardConfig(shaper=shaper, failure_reward=-2.0)).score(result)
+    if kind == "ok":
+        assert record.accepted and record.reward > 0
+    else:
+        assert record.reward == -2.0 and not record.accepted
+
+
+def test_audit_flags_can_be_let_through(make_result):
+    result = make_result(candidate_us=50.0, flags=(Flag("speedup_over_10x", "12x", severity="audit"),))
+    record = build_rewarder(RewardConfig(shaper="log_speedup", gate_audit_flags=False)).score(result)
+    assert record.accepted and record.reward == pytest.approx(math.log(2.0))
+
+
+def test_log_speedup_is_clipped(make_result):
+    rewarder = build_rewarder(RewardConfig(shaper="log_speedup"))
+    assert rewarder.score(make_result(candidate_us=50.0)).reward == pytest.approx(math.log(2))
+    assert rewarder.score(make_result(candidate_us=1.0)).reward == pytest.approx(2.0)  # 100x clipped
+    assert rewarder.score(make_result(candidate_us=1000.0)).reward == pytest.approx(-0.5)  # 10x slower
+
+
+def test_bonus_speedup_is_kevins(make_result):
+    rewarder = build_rewarder(RewardConfig(shaper="bonus_speedup"))
+    record = rewarder.score(make_result(candidate_us=50.0))
+    assert record.reward == pytest.approx(2.3)
+    assert record.components == {"correct": 0.3, "speed": pytest.approx(2.0)}
+    assert rewarder.score(make_result(candidate_us=1.0)).reward == pytest.approx(10.3)  # capped
+
+
+@pytest.mark.parametrize(
+    ("candidate_us", "compile_us", "reference_us", "expected"),
+    [
+        (98.0, None, None, 1.0),  # correct, but not 5 % faster than eager
+        (90.0, None, None, 2.0),  # beats eager, compile not timed
+        (90.0, 80.0, None, 2.0),  # beats eager, loses to compile
+        (70.0, 80.0, None, 3.0),  # beats eager and compile
+        (70.0, 80.0, 60.0, 3.0),  # loses to the shipped reference kernel
+        (50.0, 80.0, 60.0, 4.0),  # beats all three
+        (90.0, 95.0, 95.0, 4.0),  # small but significant gains over all three
+        (104.0, 120.0, 120.0, 1.0),  # faster than compile and reference, but not than eager
+    ],
+)
+def test_milestones(make_result, candidate_us, compile_us, reference_us, expected):
+    rewarder = build_rewarder(RewardConfig(shaper="milestones"))
+    record = rewarder.score(make_result(candidate_us=candidate_us, compile_us=compile_us,
+                                        reference_us=reference_us))
+    assert record.reward == expected
+    assert sum(record.components.values()) == expected
+
+
+def test_milestone_for_reference_from_its_shipped_speedup(make_result):
+    rewarder = build_rewarder(RewardConfig(shaper="milestones"))
+    result = make_result(candidate_us=50.0, compile_us=80.0)  # 2x vs eager
+    assert rewarder.score(result, reference_speedup=1.5).reward == 4.0
+    assert rewarder.score(result, reference_speedup=3.0).reward == 3.0
+
+
+def test_significance_gate_inside_and_outside_the_noise(make_result):
+    rewarder = build_rewarder(RewardConfig(shaper="log_speedup", noise_sigmas=2.0, noise_floor=0.0))
+    # 3 % faster with 2 % relative stderr on each side: threshold 2*sqrt(2)*2 % = 5.7 %, noise.
+    noisy = rewarder.score(make_result(candidate_us=97.0, rel_stderr=0.02))
+    assert noisy.accepted and noisy.reward == 0.0 and noisy.significant is False
+    assert noisy.effective_speedup == 1.0 and noisy.speedup == pytest.approx(100 / 97)
+    # The same 3 % with 0.1 % stderr is a real gain.
+    clean = rewarder.score(make_result(candidate_us=97.0, rel_stderr=0.001))
+    assert clean.significant is True and clean.reward == pytest.approx(math.log(100 / 97))
+    # A slowdown inside the noise is no loss either.
+    assert rewarder.score(make_result(candidate_us=103.0, rel_stderr=0.02)).reward == 0.0
+
+
+def test_noise_floor_applies_when_stats_claim_no_noise():
+    sig = Significance(noise_sigmas=2.0, noise_floor=0.01)
+    assert sig.threshold(None, None) == pytest.approx(0.02)
+    assert sig.effective(1.015, 0.02) == (1.0, False)
+    assert sig.effective(1.05, 0.02) == (1.05, True)
+
+
+def test_milestones_use_the_gated_speedup(make_result):
+    rewarder = build_rewarder(RewardConfig(shaper="milestones"))
+    # 8 % faster than eager, but with 5 % stderr per side: inside the noise, so only "correct".
+    assert rewarder.score(make_result(candidate_us=92.6, rel_stderr=0.05)).reward == 1.0
+
+
+def test_unknown_shaper_lists_the_choices():
+    with pytest.raises(RewardConfigError, match="bonus_speedup, log_speedup, milestones"):
+        build_rewarder(RewardConfig(shaper="fastest"))
+
+
+def test_bad_shaper_params_and_unknown_settings_fail_at_configuration():
+    with pytest.raises(RewardConfigError, match="log_speedup"):
+        build_rewarder(RewardConfig(shaper="log_speedup", shaper_params={"hgih": 1}))
+    with pytest.raises(RewardConfigError, match="no settings"):
+        RewardConfig.from_dict({"shapr": "milestones"})
+
+
+def test_a_slow_correct_kernel_must_beat_a_broken_one():
+    with pytest.raises(RewardConfigError, match="must beat"):
+        build_rewarder(RewardConfig(shaper="log_speedup", shaper_params={"low": -1.5}))
+
+
+def test_records_keep_provenance_and_pickle(make_result):
+    rewarder = build_rewarder()
+    rewarder = pickle.loads(pickle.dumps(rewarder))
+    record = rewarder.score(make_result(candidate_us=50.0), meta={"prompt_id": 3})
+    assert record.provenance["gpu"] == "NVIDIA H100 80GB HBM3"
+    assert record.provenance["track"] == "hardened"
+    assert record.provenance["versions"] == {"torch": "2.13.0"}
+    assert record.provenance["evaluator_version"]
+    assert record.meta == {"prompt_id": 3}
+    assert '"gpu": "NVIDIA H100' in record.to_json()
+
+
+def test_no_code_reward():
+    rewarder = build_rewarder(RewardConfig(no_code_reward=-1.5))
+    record = rewarder.no_code("level1/relu")
+    assert record.reward == -1.5 and record.status == "no_code" and record.candidate_hash is None
+    assert build_rewarder().no_code("t").reward == FAILURE
