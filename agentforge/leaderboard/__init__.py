@@ -1,0 +1,1 @@
+"""Leaderboard runs at scale: suites, metrics, runner, reports (docs/leaderboard.md)."""
