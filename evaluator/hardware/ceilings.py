@@ -1,0 +1,269 @@
+"""Ceilings: the bandwidth and FLOP/s a roofline divides by, measured where possible.
+
+Call these:
+
+- `measure_ceilings(device="cuda", path=None, cache_dir="~/.cache/agentforge") -> Ceilings`:
+  on a GPU, a large device-to-device copy (bytes read + written / time) and large GEMMs
+  (2*N^3 / time) in bf16, fp16, fp32 (TF32 off) and tf32, timed with CUDA events; on the CPU,
+  a large memcpy (numpy) and a float32 matmul (torch), timed with `time.perf_counter`. The best
+  repeat is kept (a ceiling must be reachable, so that the floor derived from it stays a lower
+  bound), and the result is written as JSON to `path`, by default
+  `<cache_dir>/ceilings/<device-slug>.json`.
+- `load_ceilings(device="cuda", path=None, cache_dir=..., spec=None) -> Ceilings`: the datasheet
+  figures of the device, each replaced by its measured value where a ceilings file for the same
+  device name exists. `Ceilings.sources` says, per figure, which one it is.
+
+`device` is "cpu", "cuda" or "cuda:N". torch is imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from agentforge.evaluator.hardware.specs import DTYPES, GpuSpec, device_slug, probe_cpu, probe_gpu
+
+DEFAULT_CACHE_DIR = "~/.cache/agentforge"
+SCHEMA_VERSION = 1
+
+_DTYPE_ALIASES = {
+    "float32": "fp32", "float": "fp32", "fp32": "fp32",
+    "tf32": "tf32", "tensorfloat32": "tf32",
+    "bfloat16": "bf16", "bf16": "bf16",
+    "float16": "fp16", "half": "fp16", "fp16": "fp16",
+    "fp8": "fp8", "float8": "fp8", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "e4m3": "fp8", "e5m2": "fp8",
+}
+
+
+def normalize_dtype(dtype: Any) -> str | None:
+    """`torch.bfloat16`, "bfloat16", "bf16" -> "bf16"; None for a dtype with no peak (int, fp64)."""
+    text = str(dtype).lower().removeprefix("torch.")
+    return _DTYPE_ALIASES.get(text)
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    device_kind: str  # cuda | cpu
+    device_name: str
+    memory_bandwidth_gbs: float | None = None  # GB/s (1e9 B/s), bytes read + written
+    peak_tflops: dict[str, float] = field(default_factory=dict)  # by dtype: fp32 tf32 bf16 fp16 fp8
+    sources: dict[str, str] = field(default_factory=dict)  # "bandwidth" and each dtype: measured | datasheet
+    measured_at: str = ""
+    path: str = ""  # the ceilings file read or written, if any
+
+    def bytes_per_s(self) -> float | None:
+        return None if self.memory_bandwidth_gbs is None else self.memory_bandwidth_gbs * 1e9
+
+    def flops_per_s(self, dtype: Any = "fp32") -> float | None:
+        key = normalize_dtype(dtype)
+        peak = self.peak_tflops.get(key) if key else None
+        return None if peak is None else peak * 1e12
+
+    def source_of(self, *keys: str) -> str:
+        """measured | datasheet | measured+datasheet | unknown, over the figures named."""
+        found = {self.sources.get(k, "unknown") for k in keys}
+        found.discard("unknown")
+        if not found:
+            return "unknown"
+        return found.pop() if len(found) == 1 else "measured+datasheet"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def default_ceilings_path(device_name: str, cache_dir: str | Path = DEFAULT_CACHE_DIR) -> Path:
+    return Path(cache_dir).expanduser() / "ceilings" / f"{device_slug(device_name)}.json"
+
+
+def ceilings_from_spec(spec: GpuSpec) -> Ceilings:
+    peaks = {k: v for k, v in spec.peak_tflops.items() if v is not None}
+    sources = {k: "datasheet" for k in peaks}
+    if spec.memory_bandwidth_gbs is not None:
+        sources["bandwidth"] = "datasheet"
+    return Ceilings("cuda", spec.name, spec.memory_bandwidth_gbs, peaks, sources)
+
+
+def _parse_device(device: str) -> tuple[str, int]:
+    if device == "cpu":
+        return "cpu", 0
+    if device == "cuda" or device.startswith("cuda:"):
+        return "cuda", int(device.partition(":")[2] or 0)
+    raise ValueError(f"device must be cpu, cuda or cuda:N (got {device!r})")
+
+
+def read_ceilings_file(path: str | Path) -> dict[str, Any] | None:
+    """The measured record in `path`, or None when absent, unreadable or of another schema."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA_VERSION:
+        return None
+    return data
+
+
+def load_ceilings(
+    device: str = "cuda",
+    path: str | Path | None = None,
+    cache_dir: str | Path = DEFAULT_CACHE_DIR,
+    spec: GpuSpec | None = None,
+) -> Ceilings:
+    """Datasheet ceilings of the device, overlaid figure by figure with measured ones.
+
+    A file measured on a device of another name is ignored. Without a CUDA device (for
+    device="cuda") the result names no device and has no figures (sources "unknown")."""
+    kind, index = _parse_device(device)
+    if kind == "cpu":
+        base = Ceilings("cpu", probe_cpu().name)
+    else:
+        spec = spec or probe_gpu(index)
+        if spec is None:
+            return Ceilings("cuda", "no CUDA device")
+        base = ceilings_from_spec(spec)
+    file = Path(path) if path else default_ceilings_path(base.device_name, cache_dir)
+    data = read_ceilings_file(file)
+    if data is None or data.get("device_name") != base.device_name:
+        return base
+    return _overlay(base, data, file)
+
+
+def _overlay(base: Ceilings, data: dict[str, Any], file: Path) -> Ceilings:
+    peaks, sources = dict(base.peak_tflops), dict(base.sources)
+    bandwidth = base.memory_bandwidth_gbs
+    if isinstance(data.get("memory_bandwidth_gbs"), int | float):
+        bandwidth = float(data["memory_bandwidth_gbs"])
+        sources["bandwidth"] = "measured"
+    for dtype, value in (data.get("peak_tflops") or {}).items():
+        if dtype in DTYPES and isinstance(value, int | float):
+            peaks[dtype] = float(value)
+            sources[dtype] = "measured"
+    return dataclasses.replace(base, memory_bandwidth_gbs=bandwidth, peak_tflops=peaks, sources=sources,
+                               measured_at=str(data.get("measured_at", "")), path=str(file))
+
+
+# ----- measurement --------------------------------------------------------------------------
+def measure_ceilings(
+    device: str = "cuda",
+    path: str | Path | None = None,
+    cache_dir: str | Path = DEFAULT_CACHE_DIR,
+    *,
+    copy_bytes: int | None = None,
+    gemm_n: int | None = None,
+    repeats: int = 10,
+) -> Ceilings:
+    """Measure the device's bandwidth and GEMM throughput, write them to `path`, and return the
+    merged ceilings (measured figures over datasheet ones). Raises RuntimeError for
+    device="cuda" without a CUDA device."""
+    kind, index = _parse_device(device)
+    if kind == "cuda":
+        spec = probe_gpu(index)
+        if spec is None:
+            raise RuntimeError("no CUDA device is visible to torch; measure with device='cpu'")
+        name = spec.name
+        bandwidth, peaks, details = _measure_gpu(index, copy_bytes, gemm_n or 8192, repeats)
+    else:
+        spec = None
+        name = probe_cpu().name
+        bandwidth, peaks, details = _measure_cpu(copy_bytes or 256 * 1024 * 1024, gemm_n or 2048, repeats)
+    record = {
+        "schema": SCHEMA_VERSION,
+        "device_kind": kind,
+        "device_name": name,
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "memory_bandwidth_gbs": round(bandwidth, 1),
+        "peak_tflops": {k: round(v, 3) for k, v in peaks.items()},
+        "details": details,
+    }
+    file = Path(path) if path else default_ceilings_path(name, cache_dir)
+    file.parent.mkdir(parents=True, exist_ok=True)
+    file.write_text(json.dumps(record, indent=2) + "\n")
+    base = ceilings_from_spec(spec) if spec is not None else Ceilings("cpu", name)
+    return _overlay(base, record, file)
+
+
+def _best(samples_s: list[float]) -> float:
+    return min(samples_s)
+
+
+def _time_host(fn: Callable[[], Any], repeats: int, warmup: int = 2) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def _time_cuda(fn: Callable[[], Any], repeats: int, warmup: int = 3) -> list[float]:
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(repeats)]
+    for start, end in events:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) / 1e3 for start, end in events]
+
+
+_Measured = tuple[float, dict[str, float], dict[str, Any]]  # bandwidth GB/s, TFLOP/s by dtype, details
+
+
+def _measure_cpu(copy_bytes: int, gemm_n: int, repeats: int) -> _Measured:
+    import numpy as np
+    import torch
+
+    src = np.ones(copy_bytes, dtype=np.uint8)
+    dst = np.empty_like(src)
+    copy_s = _best(_time_host(lambda: np.copyto(dst, src), repeats))
+    a = torch.randn(gemm_n, gemm_n, dtype=torch.float32)
+    b = torch.randn(gemm_n, gemm_n, dtype=torch.float32)
+    gemm_s = _best(_time_host(lambda: torch.mm(a, b), repeats))
+    details = {"method": "host perf_counter, best of repeats", "copy_bytes": copy_bytes, "gemm_n": gemm_n,
+               "repeats": repeats, "threads": torch.get_num_threads(), "torch": torch.__version__,
+               "copy_s": copy_s, "gemm_fp32_s": gemm_s}
+    return 2 * copy_bytes / copy_s / 1e9, {"fp32": 2 * gemm_n**3 / gemm_s / 1e12}, details
+
+
+def _measure_gpu(index: int, copy_bytes: int | None, gemm_n: int, repeats: int) -> _Measured:
+    import torch
+
+    device = torch.device("cuda", index)
+    with torch.cuda.device(device):
+        total = torch.cuda.get_device_properties(index).total_memory
+        copy_bytes = copy_bytes or min(1 << 30, total // 8)
+        src = torch.empty(copy_bytes, dtype=torch.uint8, device=device).fill_(1)
+        dst = torch.empty_like(src)
+        copy_s = _best(_time_cuda(lambda: dst.copy_(src), repeats))
+        src = dst = None  # free 2 x copy_bytes before the GEMMs
+        details: dict[str, Any] = {"method": "CUDA events, best of repeats", "copy_bytes": copy_bytes,
+                                   "gemm_n": gemm_n, "repeats": repeats, "torch": torch.__version__,
+                                   "cuda": torch.version.cuda, "copy_s": copy_s}
+        peaks: dict[str, float] = {}
+        saved_tf32 = torch.backends.cuda.matmul.allow_tf32
+        try:
+            for key, dtype, tf32 in (("bf16", torch.bfloat16, False), ("fp16", torch.float16, False),
+                                     ("fp32", torch.float32, False), ("tf32", torch.float32, True)):
+                torch.backends.cuda.matmul.allow_tf32 = tf32
+                a = torch.randn(gemm_n, gemm_n, dtype=dtype, device=device)
+                b = torch.randn(gemm_n, gemm_n, dtype=dtype, device=device)
+                gemm_s = _best(_time_cuda(lambda a=a, b=b: torch.mm(a, b), repeats))
+                peaks[key] = 2 * gemm_n**3 / gemm_s / 1e12
+                details[f"gemm_{key}_s"] = gemm_s
+                del a, b
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = saved_tf32
+        torch.cuda.empty_cache()
+    return 2 * copy_bytes / copy_s / 1e9, peaks, details
