@@ -1,0 +1,289 @@
+"""The reward service: completions in, `RewardRecord`s out, evaluated in the background.
+
+An asynchronous client over the evaluator. Each distinct candidate is evaluated once per
+(task, task source, code hash, evaluator version, track, device, backend); repeats are served
+from the cache (memory, and a JSONL file when `cache_path` is set, so a resumed run does not
+re-measure). Evaluations run on daemon threads, at most `concurrency` at once, each calling
+`evaluate(job)` (an isolated sandbox child per job, as `evaluate_many` does) or a Ray task.
+
+A request's timeout starts when its evaluation starts, not while it queues. When it expires the
+request gets a `timeout` verdict, its slot is handed to the next job, and the hung evaluation is
+abandoned (the sandbox's own wall-clock limit ends its child): one hung candidate never blocks
+the training step, nor the candidates queued behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentforge.evaluator.result import (
+    EVALUATOR_VERSION,
+    ErrorRecord,
+    EvalJob,
+    EvalResult,
+    Stage,
+    Status,
+)
+from agentforge.rl.records import RewardRecord
+from agentforge.rl.rewards import Rewarder
+
+from agentforge.candidate import Candidate, NoCodeError, code_hash, extract_code
+
+EvaluateFn = Callable[[EvalJob], EvalResult]
+EXECUTORS = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class RewardRequest:
+    """One completion to score, for one task."""
+
+    task_name: str
+    task_source: str
+    completion: str  # the model's raw reply; code is extracted here, in one place
+    reference_speedup: float | None = None  # the shipped reference kernel's speedup vs eager
+    meta: dict[str, Any] = field(default_factory=dict)  # carried into the record
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    backend: str = "cpu"  # cpu | cuda | triton: the candidates' backend
+    device: str = "cpu"  # cpu | cuda[:N]
+    track: str = "hardened"
+    concurrency: int = 2  # evaluations running at once
+    request_timeout_s: float = 300.0  # per evaluation, from its start
+    executor: str = "local"  # local: sandbox children on this machine | ray: Ray tasks
+    ray_address: str | None = None  # None: ray.init() decides (a running cluster or a local one)
+    ray_num_gpus: float = 0.0  # GPUs each Ray evaluation task reserves
+    cache_path: str | None = None  # JSONL of evaluated results, read at start, appended to
+    job_options: dict[str, Any] = field(default_factory=dict)  # passed on to make_job
+
+    def __post_init__(self) -> None:
+        if self.executor not in EXECUTORS:
+            choices = ", ".join(EXECUTORS)
+            raise ValueError(f"unknown reward executor {self.executor!r}; choose one of {choices}")
+        if self.concurrency < 1 or self.request_timeout_s <= 0:
+            raise ValueError("concurrency must be >= 1 and request_timeout_s > 0")
+
+
+@dataclass
+class ServiceStats:
+    requests: int = 0
+    no_code: int = 0
+    cache_hits: int = 0
+    evaluations: int = 0
+    timeouts: int = 0
+
+
+class _Run:
+    """One evaluation in flight, shared by every request for the same key."""
+
+    def __init__(self) -> None:
+        self.future: concurrent.futures.Future[EvalResult] = concurrent.futures.Future()
+        self.started = threading.Event()
+        self.started_at = 0.0
+        self.lock = threading.Lock()
+        self.holds_slot = False
+
+
+class RewardService:
+    """Scores completions with the evaluator, concurrently, cached, with per-request timeouts."""
+
+    def __init__(self, rewarder: Rewarder, config: ServiceConfig | None = None,
+                 evaluate_fn: EvaluateFn | None = None,
+                 job_factory: Callable[[RewardRequest, str], EvalJob] | None = None) -> None:
+        self.rewarder = rewarder
+        self.config = config or ServiceConfig()
+        self._evaluate = evaluate_fn or default_evaluate_fn(self.config)
+        self._make_job = job_factory or functools.partial(make_eval_job, config=self.config)
+        self._slots = threading.Semaphore(self.config.concurrency)
+        self._lock = threading.Lock()
+        self._cache: dict[str, EvalResult] = {}
+        self._runs: dict[str, _Run] = {}
+        self.stats = ServiceStats()
+        if self.config.cache_path:
+            self._cache.update(_read_cache(Path(self.config.cache_path)))
+
+    # ----- the client API -------------------------------------------------------------------
+    async def score(self, requests: Sequence[RewardRequest]) -> list[RewardRecord]:
+        """Reward every request, concurrently; order preserved; never raises for a candidate."""
+        return list(await asyncio.gather(*(self.score_one(r) for r in requests)))
+
+    def score_sync(self, requests: Sequence[RewardRequest]) -> list[RewardRecord]:
+        return asyncio.run(self.score(requests))
+
+    async def score_one(self, request: RewardRequest) -> RewardRecord:
+        self.stats.requests += 1
+        try:
+            code = extract_code(request.completion)
+        except NoCodeError:
+            self.stats.no_code += 1
+            return self.rewarder.no_code(request.task_name, request.meta)
+        key = self.cache_key(request, code)
+        with self._lock:
+            cached = self._cache.get(key)
+        if cached is not None:
+            self.stats.cache_hits += 1
+            return self.rewarder.score(cached, request.reference_speedup, request.meta, cached=True)
+        try:
+            job = self._make_job(request, code)
+        except Exception as exc:  # a task that cannot be loaded is the caller's bug: say so
+            raise RuntimeError(f"cannot build an evaluation job for {request.task_name}: {exc}") from exc
+        result = await self._await(self._start(key, job), job)
+        return self.rewarder.score(result, request.reference_speedup, request.meta)
+
+    def cache_key(self, request: RewardRequest, code: str) -> str:
+        task_hash = hashlib.sha256(request.task_source.encode()).hexdigest()[:16]
+        cfg = self.config
+        return "|".join((request.task_name, task_hash, code_hash(code), EVALUATOR_VERSION,
+                         cfg.track, cfg.device, cfg.backend))
+
+    # ----- background evaluation ------------------------------------------------------------
+    def _start(self, key: str, job: EvalJob) -> _Run:
+        with self._lock:
+            run = self._runs.get(key)
+            if run is not None:
+                self.stats.cache_hits += 1
+                return run
+            run = self._runs[key] = _Run()
+        self.stats.evaluations += 1
+        threading.Thread(target=self._work, args=(key, job, run), daemon=True,
+                         name=f"reward-{job.task_name}").start()
+        return run
+
+    def _work(self, key: str, job: EvalJob, run: _Run) -> None:
+        self._slots.acquire()
+        with run.lock:
+            run.holds_slot = True
+        run.started_at = time.monotonic()
+        run.started.set()
+        try:
+            result = self._evaluate(job)
+            keep = True
+        except Exception as exc:  # the runner itself failed (e.g. Ray lost a worker)
+            result = _failure(job, Status.CRASH, "reward_runner_error", f"{type(exc).__name__}: {exc}")
+            keep = False
+        finally:
+            self._release(run)
+        with self._lock:
+            self._runs.pop(key, None)
+            if keep:
+                self._cache[key] = result
+        if keep and self.config.cache_path:
+            _append_cache(Path(self.config.cache_path), key, result, self._lock)
+        if not run.future.done():
+            run.future.set_result(result)
+
+    def _release(self, run: _Run) -> None:
+        with run.lock:
+            if run.holds_slot:
+                run.holds_slot = False
+                self._slots.release()
+
+    async def _await(self, run: _Run, job: EvalJob) -> EvalResult:
+        while not run.started.is_set() and not run.future.done():
+            await asyncio.sleep(0.02)  # queued: the clock has not started
+        remaining = self.config.request_timeout_s - (time.monotonic() - run.started_at)
+        try:
+            verdict = asyncio.shield(asyncio.wrap_future(run.future))
+            return await asyncio.wait_for(verdict, max(remaining, 0.0))
+        except TimeoutError:
+            self._release(run)  # hand the slot on; the hung evaluation is abandoned
+            self.stats.timeouts += 1
+            return _failure(job, Status.TIMEOUT, "reward_timeout",
+                            f"no verdict within {self.config.request_timeout_s:g} s")
+
+
+# ----- evaluation jobs and runners ----------------------------------------------------------
+@functools.lru_cache(maxsize=256)
+def _load_task(name: str, source: str) -> Any:
+    from agentforge.task import Task
+
+    return Task(name, source)
+
+
+def make_eval_job(request: RewardRequest, code: str, config: ServiceConfig) -> EvalJob:
+    """The evaluator's job for one extracted candidate, through `evaluator.api.make_job`."""
+    from agentforge.evaluator.api import make_job
+
+    candidate = Candidate(source=code, backend=config.backend)
+    task = _load_task(request.task_name, request.task_source)
+    return make_job(task, candidate, device=config.device, track=config.track, **config.job_options)
+
+
+def default_evaluate_fn(config: ServiceConfig) -> EvaluateFn:
+    if config.executor == "ray":
+        return RayEvaluate(address=config.ray_address, num_gpus=config.ray_num_gpus)
+    return _local_evaluate
+
+
+def _local_evaluate(job: EvalJob) -> EvalResult:
+    from agentforge.evaluator.api import evaluate
+
+    return evaluate(job)
+
+
+class RayEvaluate:
+    """Runs `evaluate(job)` as a Ray task (on any node of the cluster); picklable."""
+
+    def __init__(self, address: str | None = None, num_gpus: float = 0.0) -> None:
+        self.address = address
+        self.num_gpus = num_gpus
+        self._remote: Any = None
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"address": self.address, "num_gpus": self.num_gpus}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(**state)
+
+    def __call__(self, job: EvalJob) -> EvalResult:
+        import ray
+
+        with self._lock:
+            if self._remote is None:
+                if not ray.is_initialized():
+                    ray.init(address=self.address, ignore_reinit_error=True)
+                self._remote = ray.remote(num_gpus=self.num_gpus, max_retries=0)(_evaluate_json)
+        return EvalResult.from_json(ray.get(self._remote.remote(job.to_json())))
+
+
+def _evaluate_json(job_json: str) -> str:
+    return _local_evaluate(EvalJob.from_json(job_json)).to_json()
+
+
+def _failure(job: EvalJob, status: Status, kind: str, message: str) -> EvalResult:
+    return EvalResult(
+        task_name=job.task_name, candidate_hash=code_hash(job.candidate_source), backend=job.backend,
+        status=status, stage=Stage.SANDBOX, error=ErrorRecord(type=kind, message=message),
+        candidate_meta=dict(job.candidate_meta),
+    )
+
+
+def _read_cache(path: Path) -> dict[str, EvalResult]:
+    cache: dict[str, EvalResult] = {}
+    if not path.is_file():
+        return cache
+    for line in path.read_text().splitlines():
+        if line.strip():
+            entry = json.loads(line)
+            cache[entry["key"]] = EvalResult.from_json(json.dumps(entry["result"]))
+    return cache
+
+
+def _append_cache(path: Path, key: str, result: EvalResult, lock: threading.Lock) -> None:
+    line = json.dumps({"key": key, "result": result.to_dict()}, allow_nan=False)
+    with lock:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as handle:
+            handle.write(line + "\n")

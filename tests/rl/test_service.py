@@ -1,0 +1,145 @@
+"""The reward service: cache hits, per-request timeouts, concurrency, persistence, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+from agentforge.evaluator.result import EvalJob, Status
+from agentforge.rl.rewards import RewardConfig, build_rewarder
+from agentforge.rl.service import RewardRequest, RewardService, ServiceConfig
+
+
+def reply(tag: str) -> str:
+    return f"```python\n# {tag}\nclass ModelNew:\n    pass\n```"
+
+
+def request(tag: str, **meta) -> RewardRequest:
+    return RewardRequest(task_name="level1/relu", task_source="# task", completion=reply(tag), meta=meta)
+
+
+def fake_job(req: RewardRequest, code: str) -> EvalJob:
+    return EvalJob(task_name=req.task_name, task_source=req.task_source, candidate_source=code)
+
+
+class FakeEvaluator:
+    """Answers by the tag in the candidate: 'fast' 2x, 'slow' 1x, 'hang' never, 'boom' raises."""
+
+    def __init__(self, make_result, delay_s: float = 0.0):
+        self.make_result = make_result
+        self.delay_s = delay_s
+        self.calls: list[str] = []
+        self.running = 0
+        self.max_running = 0
+        self.release = threading.Event()
+        self._lock = threading.Lock()
+
+    def __call__(self, job: EvalJob):
+        with self._lock:
+            self.calls.append(job.candidate_source)
+            self.running += 1
+            self.max_running = max(self.max_running, self.running)
+        try:
+            if "hang" in job.candidate_source:
+                self.release.wait(30)
+            if "boom" in job.candidate_source:
+                raise ConnectionError("worker lost")
+            time.sleep(self.delay_s)
+            return self.make_result(candidate_us=50.0 if "fast" in job.candidate_source else 100.0)
+        finally:
+            with self._lock:
+                self.running -= 1
+
+
+def service(evaluator, **config) -> RewardService:
+    return RewardService(build_rewarder(RewardConfig(shaper="log_speedup")), ServiceConfig(**config),
+                         evaluate_fn=evaluator, job_factory=fake_job)
+
+
+def test_scores_in_order_and_serves_repeats_from_the_cache(make_result):
+    evaluator = FakeEvaluator(make_result)
+    svc = service(evaluator)
+    records = svc.score_sync([request("fast", i=0), request("slow", i=1), request("fast", i=2)])
+    assert [r.meta["i"] for r in records] == [0, 1, 2]
+    assert records[0].reward == pytest.approx(0.6931, abs=1e-3) and records[1].reward == 0.0
+    assert len(evaluator.calls) == 2  # the second "fast" shared the first one's evaluation
+    again = svc.score_sync([request("fast")])[0]
+    assert again.cached and again.reward == records[0].reward
+    assert len(evaluator.calls) == 2
+    assert svc.stats.cache_hits == 2 and svc.stats.evaluations == 2
+
+
+def test_no_code_is_never_evaluated(make_result):
+    evaluator = FakeEvaluator(make_result)
+    record = service(evaluator).score_sync([RewardRequest("t", "# task", "I would use shared memory.")])[0]
+    assert record.status == "no_code" and record.reward == -1.0
+    assert evaluator.calls == []
+
+
+def test_a_hung_candidate_times_out_without_blocking_the_others(make_result):
+    evaluator = FakeEvaluator(make_result, delay_s=0.05)
+    # One slot: the hung evaluation must hand it on when its request times out.
+    svc = service(evaluator, concurrency=1, request_timeout_s=0.5)
+    started = time.monotonic()
+    records = svc.score_sync([request("hang"), request("fast"), request("slow")])
+    elapsed = time.monotonic() - started
+    evaluator.release.set()
+    assert records[0].status == Status.TIMEOUT.value and records[0].reward == -1.0
+    assert records[1].accepted and records[2].accepted
+    assert elapsed < 3.0
+    assert svc.stats.timeouts == 1
+
+
+def test_timeouts_are_not_cached(make_result):
+    evaluator = FakeEvaluator(make_result)
+    svc = service(evaluator, request_timeout_s=0.2)
+    assert svc.score_sync([request("hang")])[0].status == "timeout"
+    evaluator.release.set()
+    time.sleep(0.1)
+    # The abandoned evaluation finished later and its real verdict is cached.
+    assert svc.score_sync([request("hang")])[0].status == "ok"
+
+
+def test_concurrency_is_used_and_bounded(make_result):
+    evaluator = FakeEvaluator(make_result, delay_s=0.3)
+    svc = service(evaluator, concurrency=2)
+    started = time.monotonic()
+    svc.score_sync([request(f"slow{i}") for i in range(4)])
+    elapsed = time.monotonic() - started
+    assert evaluator.max_running == 2
+    assert elapsed < 1.0  # two waves of 0.3 s, not four
+
+
+def test_runner_failures_become_crash_verdicts_and_are_retried(make_result):
+    evaluator = FakeEvaluator(make_result)
+    svc = service(evaluator)
+    record = svc.score_sync([request("boom")])[0]
+    assert record.status == "crash" and record.reward == -1.0
+    svc.score_sync([request("boom")])
+    assert len(evaluator.calls) == 2
+
+
+def test_cache_file_survives_a_restart(make_result, tmp_path):
+    path = tmp_path / "cache.jsonl"
+    first = FakeEvaluator(make_result)
+    service(first, cache_path=str(path)).score_sync([request("fast")])
+    second = FakeEvaluator(make_result)
+    record = service(second, cache_path=str(path)).score_sync([request("fast")])[0]
+    assert record.cached and record.accepted and second.calls == []
+    assert record.provenance["gpu"] == "NVIDIA H100 80GB HBM3"
+
+
+def test_async_api_runs_inside_a_running_loop(make_result):
+    svc = service(FakeEvaluator(make_result))
+
+    async def main():
+        return await svc.score([request("fast"), request("slow")])
+
+    assert [r.accepted for r in asyncio.run(main())] == [True, True]
+
+
+def test_config_is_validated():
+    with pytest.raises(ValueError, match="local, ray"):
+        ServiceConfig(executor="slurm")
