@@ -1,0 +1,242 @@
+"""Leaderboard runs: score a kernels folder, or optimise every task of a suite, resumably.
+
+Both paths turn (task, sample, track) into an EvalJob, skip jobs whose key is already in the
+results store, hand the rest to an executor (the local process pool, or Ray), and store each
+result as it arrives, so an interrupted run resumes where it stopped and a result reported
+twice is stored once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentforge.evaluator.result import EvalJob, EvalResult
+from agentforge.leaderboard.kernels_dir import scan_kernels
+from agentforge.leaderboard.suites import Holdout, Suite, SuiteTask
+from agentforge.store import ResultsStore
+
+# jobs, on_result(result) -> results in job order
+Executor = Callable[[Sequence[EvalJob], Callable[[EvalResult], None]], list[EvalResult]]
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """What every job of a leaderboard run shares."""
+
+    backend: str = "cpu"  # cpu | cuda | triton, or "detect" (from each candidate's source)
+    device: str = "cpu"
+    tracks: tuple[str, ...] = ("hardened", "kernelbench")
+    cache_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class PlannedJob:
+    key: str
+    task: SuiteTask
+    sample: int
+    track: str
+    job: EvalJob
+
+
+@dataclass
+class RunReport:
+    planned: int = 0
+    skipped: int = 0  # already in the store
+    stored: int = 0
+    unmatched: list[Path] = field(default_factory=list)
+    results: list[EvalResult] = field(default_factory=list)
+
+
+def job_key(entry: str, suite: str, track: str, task: str, sample: int, source: str) -> str:
+    """The store key of one evaluation: the same candidate of the same entry, task and track is
+    one job, whoever submits it and however often."""
+    text = "\0".join((entry, suite, track, task, str(sample), hashlib.sha256(source.encode()).hexdigest()))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def detect_backend(source: str) -> str:
+    """The backend a KernelBench-format answer targets, from its source."""
+    if "import triton" in source or "@triton.jit" in source:
+        return "triton"
+    if "__global__" in source or ("load_inline" in source and "cuda_sources" in source):
+        return "cuda"
+    return "cpu"
+
+
+def make_job(
+    task: SuiteTask, source: str, *, track: str, options: JobOptions, meta: dict[str, Any],
+) -> EvalJob:
+    """One evaluation job (the evaluator's `make_job` when present: it knows each track's settings)."""
+    backend = detect_backend(source) if options.backend == "detect" else options.backend
+    task_source = task.path.read_text()
+    try:
+        from agentforge.candidate import Candidate, Provenance
+        from agentforge.evaluator.api import make_job as evaluator_make_job
+        from agentforge.task import Task
+    except ImportError:
+        return EvalJob(task_name=task.name, task_source=task_source, candidate_source=source, backend=backend,
+                       device=options.device, track=track, cache_dir=options.cache_dir, candidate_meta=meta)
+    candidate = Candidate(source=source, backend=backend, provenance=Provenance(source="file"))
+    job = evaluator_make_job(Task(task.name, task_source, task.path), candidate, device=options.device,
+                             track=track, shapes=())
+    import dataclasses
+
+    return dataclasses.replace(job, candidate_meta={**job.candidate_meta, **meta},
+                               cache_dir=options.cache_dir or job.cache_dir)
+
+
+def plan_kernels(
+    suite: Suite, kernels_dir: Path, *, entry: str, options: JobOptions, holdout: Holdout | None = None,
+) -> tuple[list[PlannedJob], list[Path]]:
+    """A job per (kernel file, track), and the kernel files that match no task of the suite."""
+    scan = scan_kernels(kernels_dir, suite)
+    planned = []
+    for s in scan.samples:
+        source = s.path.read_text()
+        for track in options.tracks:
+            key = job_key(entry, suite.name, track, s.task.name, s.sample, source)
+            meta = {"job_key": key, "sample": s.sample, "file": str(s.path)}
+            job = make_job(s.task, source, track=track, options=options, meta=meta)
+            planned.append(PlannedJob(key, s.task, s.sample, track, (holdout or Holdout()).apply(job)))
+    return planned, list(scan.unmatched)
+
+
+def execute(
+    planned: Sequence[PlannedJob], *, store: ResultsStore, entry: str, suite: Suite, executor: Executor,
+    holdout: Holdout | None = None, progress: bool = False, description: str = "evaluating",
+) -> RunReport:
+    """Run the planned jobs not yet stored, storing each result as it arrives."""
+    holdout = holdout or Holdout()
+    store.register_suite(suite.name, [(t.name, t.level, None) for t in suite.tasks])
+    done = store.stored_keys(p.key for p in planned)
+    todo = [p for p in planned if p.key not in done]
+    report = RunReport(planned=len(planned), skipped=len(planned) - len(todo))
+    by_key = {p.key: p for p in todo}
+    lock = threading.Lock()
+
+    with _progress(progress, description, len(todo)) as advance:
+        def on_result(result: EvalResult) -> None:
+            p = by_key.get(str(result.candidate_meta.get("job_key")))
+            if p is None:
+                return
+            with lock:
+                if store.add_evaluation(p.key, entry=entry, suite=suite.name, task=p.task.name, track=p.track,
+                                        sample=p.sample, result=holdout.redact(result)):
+                    report.stored += 1
+                advance(result)
+
+        report.results = executor([p.job for p in todo], on_result) if todo else []
+    # A result the executor returned without reporting it (an executor without callbacks).
+    for p, result in zip(todo, report.results, strict=True):
+        if store.add_evaluation(p.key, entry=entry, suite=suite.name, task=p.task.name, track=p.track,
+                                sample=p.sample, result=holdout.redact(result)):
+            report.stored += 1
+    return report
+
+
+def eval_kernels(
+    suite: Suite, kernels_dir: Path, *, store: ResultsStore, entry: str, options: JobOptions,
+    executor: Executor, holdout: Holdout | None = None, progress: bool = False,
+) -> RunReport:
+    """`agentforge leaderboard eval`: score every kernel of a KernelBench-layout folder."""
+    store.ensure_entry(entry, kind="eval", meta={"kernels_dir": str(kernels_dir)})
+    planned, unmatched = plan_kernels(suite, kernels_dir, entry=entry, options=options, holdout=holdout)
+    report = execute(planned, store=store, entry=entry, suite=suite, executor=executor, holdout=holdout,
+                     progress=progress)
+    report.unmatched = unmatched
+    return report
+
+
+# ----- leaderboard run: optimise each task, then rank its best kernel -------------------------
+@dataclass(frozen=True)
+class OptimizeOutcome:
+    """What the leaderboard needs from one optimisation run."""
+
+    best_source: str | None
+    status: str = "done"
+    cost_usd: float = 0.0
+    tokens: int = 0
+    minutes: float = 0.0
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+Optimizer = Callable[[SuiteTask], OptimizeOutcome]
+
+
+def run_suite(
+    suite: Suite, *, store: ResultsStore, entry: str, optimizer: Optimizer, options: JobOptions,
+    executor: Executor, holdout: Holdout | None = None, workers: int = 1, progress: bool = False,
+    provider: str | None = None, model: str | None = None,
+) -> RunReport:
+    """`agentforge leaderboard run`: one optimisation per task (in parallel, `workers` at a
+    time), then the best kernel of each is evaluated on every track with the hold-out applied.
+    Tasks whose run is finished are not optimised again; their missing evaluations are redone."""
+    store.ensure_entry(entry, kind="run", provider=provider, model=model)
+    finished = {r.task: r for r in store.runs(entry=entry, suite=suite.name) if r.status == "done"}
+    todo = [t for t in suite.tasks if t.name not in finished]
+    lock = threading.Lock()
+
+    def optimise(task: SuiteTask) -> None:
+        with lock:
+            store.record_run(entry=entry, suite=suite.name, task=task.name, status="running")
+        try:
+            outcome = optimizer(task)
+        except Exception as exc:  # one task's failure must not end the suite
+            error = f"{type(exc).__name__}: {exc}"
+            outcome = OptimizeOutcome(None, status="failed", summary={"error": error})
+        summary = {**outcome.summary, "best_source": outcome.best_source}
+        with lock:
+            store.record_run(entry=entry, suite=suite.name, task=task.name, status=outcome.status,
+                             cost_usd=outcome.cost_usd, tokens=outcome.tokens, minutes=outcome.minutes,
+                             best_code_hash=_hash(outcome.best_source), summary=summary)
+
+    with _progress(progress, "optimising", len(todo)) as advance, ThreadPoolExecutor(max(1, workers)) as pool:
+        for _ in pool.map(optimise, todo):
+            advance(None)
+
+    planned = []
+    tasks = {t.name: t for t in suite.tasks}
+    for run in store.runs(entry=entry, suite=suite.name):
+        source = run.summary.get("best_source")
+        if run.status != "done" or not source or run.task not in tasks:
+            continue
+        for track in options.tracks:
+            key = job_key(entry, suite.name, track, run.task, 0, source)
+            job = make_job(tasks[run.task], source, track=track, options=options,
+                           meta={"job_key": key, "sample": 0})
+            planned.append(PlannedJob(key, tasks[run.task], 0, track, (holdout or Holdout()).apply(job)))
+    return execute(planned, store=store, entry=entry, suite=suite, executor=executor, holdout=holdout,
+                   progress=progress, description="ranking")
+
+
+def _hash(source: str | None) -> str | None:
+    from agentforge.candidate import code_hash
+
+    return code_hash(source) if source else None
+
+
+@contextmanager
+def _progress(enabled: bool, description: str, total: int) -> Iterator[Callable[[EvalResult | None], None]]:
+    """A rich progress bar (when enabled) and the function that advances it."""
+    if not enabled or total == 0:
+        yield lambda _result: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+               TextColumn("{task.fields[last]}"))
+    with Progress(*columns, transient=False) as bar:
+        handle = bar.add_task(description, total=total, last="")
+
+        def advance(result: EvalResult | None) -> None:
+            last = f"{result.task_name}: {result.status.value}" if result is not None else ""
+            bar.update(handle, advance=1, last=last)
+
+        yield advance
