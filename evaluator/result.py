@@ -176,6 +176,7 @@ class TimingRecord:
     l2_flushed: bool = False
     interleaved: bool = True
     rechecked_outputs: int = 0
+    notes: tuple[str, ...] = ()  # e.g. a torch.compile mode that failed to build
 
 
 @dataclass(frozen=True)

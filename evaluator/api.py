@@ -1,0 +1,64 @@
+"""The evaluator's public API: build a job, evaluate it in the sandbox, one or many at a time.
+
+Every consumer (the agent, the leaderboard, the RL reward, the kernel library) goes through
+here; nobody times, checks or compiles a kernel anywhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from agentforge.evaluator.result import CorrectnessConfig, EvalJob, EvalResult, Measure, TimingConfig
+
+from agentforge.candidate import Candidate
+from agentforge.task import Task
+
+if TYPE_CHECKING:
+    from agentforge.sandbox.config import SandboxConfig
+
+
+def default_device(backend: str) -> str:
+    """cuda for GPU backends when a GPU is visible, else cpu (compile-only for CUDA sources)."""
+    import torch
+
+    if backend == "cpu":
+        return "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def make_job(
+    task: Task, candidate: Candidate, *, device: str | None = None, track: str = "hardened",
+    shapes: Sequence[str] = (), measure: Measure | None = None, timing: TimingConfig | None = None,
+    correctness: CorrectnessConfig | None = None, cuda_arch: str = "sm_90a", compile_only: bool = False,
+    cache_dir: str | None = None, timing_shape: str = "default",
+) -> EvalJob:
+    if track not in ("hardened", "kernelbench"):
+        raise ValueError(f"unknown track {track!r}; choose hardened or kernelbench")
+    return EvalJob(
+        task_name=task.name, task_source=task.source, candidate_source=candidate.source,
+        backend=candidate.backend, device=device or default_device(candidate.backend), track=track,
+        shapes=tuple(shapes), timing_shape=timing_shape, measure=measure or Measure(),
+        timing=timing or TimingConfig(), correctness=correctness or CorrectnessConfig(), cuda_arch=cuda_arch,
+        compile_only=compile_only, cache_dir=cache_dir,
+        candidate_meta={"provenance": vars(candidate.provenance).copy()},
+    )
+
+
+def evaluate(job: EvalJob, sandbox: SandboxConfig | None = None) -> EvalResult:
+    """One job in an isolated child process. Never raises for anything the candidate does."""
+    from agentforge import sandbox as sandbox_pkg
+
+    return sandbox_pkg.run(job, sandbox)
+
+
+def evaluate_many(
+    jobs: Sequence[EvalJob], sandbox: SandboxConfig | None = None, workers: int = 1,
+    on_result: Callable[[int, EvalResult], Any] | None = None,
+) -> list[EvalResult]:
+    """Many jobs, results in input order; on CUDA no two timings share a GPU at once."""
+    from agentforge import sandbox as sandbox_pkg
+
+    if sandbox is not None and sandbox.kind != "process":
+        return sandbox_pkg.get_backend(sandbox.kind)(sandbox).run_many(jobs, on_result=on_result)
+    return sandbox_pkg.run_many(jobs, sandbox, workers=workers, on_result=on_result)

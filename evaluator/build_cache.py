@@ -1,0 +1,71 @@
+"""Content-addressed build cache: one folder per (sources, flags, toolchain) hash.
+
+Compilation dominates every agent round and RL step, so a kernel is never built twice. A build
+is written to a temporary folder and renamed into place, so concurrent children that build the
+same source never see half a library.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_CACHE_DIR = Path("~/.cache/agentforge").expanduser()
+
+_cache_root: Path = DEFAULT_CACHE_DIR
+
+
+def set_cache_root(path: str | os.PathLike[str] | None) -> None:
+    """Set by the sandbox child's entry point from the job; library code never reads env."""
+    global _cache_root
+    _cache_root = Path(path).expanduser() if path else DEFAULT_CACHE_DIR
+
+
+def cache_root() -> Path:
+    return _cache_root
+
+
+CACHE_FORMAT = "2"  # bump when the layout of a cache folder changes
+
+
+def build_key(kind: str, sources: Iterable[str], flags: Iterable[str], toolchain: str) -> str:
+    digest = hashlib.sha256(CACHE_FORMAT.encode())
+    for part in (kind, toolchain, *sources, "\0flags\0", *flags):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:24]
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    folder: Path
+
+    @property
+    def ready(self) -> bool:
+        return (self.folder / "READY").exists()
+
+
+def entry(kind: str, key: str) -> CacheEntry:
+    return CacheEntry(cache_root() / "build" / kind / key)
+
+
+def publish(staging: Path, target: CacheEntry) -> None:
+    """Move a finished build into the cache atomically; a concurrent winner is kept."""
+    (staging / "READY").write_text("ok\n")
+    target.folder.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.rename(staging, target.folder)
+    except OSError:
+        # Another process published the same key first; its build is identical.
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def staging_dir(kind: str) -> Path:
+    root = cache_root() / "build" / kind
+    root.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=".staging-", dir=root))

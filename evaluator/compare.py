@@ -1,0 +1,75 @@
+"""Comparing a candidate's outputs with the reference's: one function, used by the correctness
+stage and by the re-checks of timed outputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from agentforge.task import flatten_tensors
+
+
+@dataclass(frozen=True)
+class Comparison:
+    passed: bool
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    failed_check: str | None = None
+    message: str = ""
+
+
+def expected_dtype(reference: torch.Tensor, task_dtype: torch.dtype) -> torch.dtype:
+    """The dtype a task-precision run of the reference produces for this output."""
+    if reference.is_floating_point() and reference.dtype in (torch.float64, torch.float32):
+        return task_dtype if task_dtype != torch.float64 else reference.dtype
+    return reference.dtype
+
+
+def compare(candidate: Any, reference: Any, task_dtype: torch.dtype, atol: float, rtol: float,
+            check_dtype: bool = True) -> Comparison:
+    cands = list(flatten_tensors(candidate))
+    refs = list(flatten_tensors(reference))
+    if len(cands) != len(refs):
+        return Comparison(False, failed_check="output_count",
+                          message=f"{len(cands)} output tensors, the reference has {len(refs)}")
+    worst_abs = worst_rel = 0.0
+    for i, (c, r) in enumerate(zip(cands, refs, strict=True)):
+        if tuple(c.shape) != tuple(r.shape):
+            return Comparison(False, failed_check="shape",
+                              message=f"output {i} has shape {tuple(c.shape)}, expected {tuple(r.shape)}")
+        want = expected_dtype(r, task_dtype)
+        if check_dtype and c.dtype != want:
+            return Comparison(False, failed_check="dtype", message=f"output {i} is {c.dtype}, expected {want}")
+        c64, r64 = c.detach().to("cpu", torch.float64), r.detach().to("cpu", torch.float64)
+        ref_finite = torch.isfinite(r64)
+        if bool((~torch.isfinite(c64) & ref_finite).any()):
+            return Comparison(False, failed_check="nan",
+                              message=f"output {i} has NaN/Inf where the reference is finite")
+        nonfinite_match = bool(torch.equal(torch.isnan(c64), torch.isnan(r64))) and bool(
+            torch.equal(c64[torch.isinf(r64)], r64[torch.isinf(r64)]))
+        if not nonfinite_match:
+            return Comparison(False, failed_check="nan", message=f"output {i} differs in its NaN/Inf positions")
+        if c64.numel() == 0:
+            continue
+        diff = (c64 - r64).abs()[ref_finite]
+        scale = r64.abs()[ref_finite]
+        if diff.numel():
+            worst_abs = max(worst_abs, float(diff.max()))
+            worst_rel = max(worst_rel, float((diff / scale.clamp_min(1e-12)).max()))
+            excess = diff - (atol + rtol * scale)
+            if bool((excess > 0).any()):
+                bad = int((excess > 0).sum())
+                return Comparison(False, worst_abs, worst_rel, "allclose",
+                                  f"output {i}: {bad} of {diff.numel()} elements outside atol={atol:g} "
+                                  f"rtol={rtol:g} (max abs err {float(diff.max()):.3g})")
+    return Comparison(True, worst_abs, worst_rel)
+
+
+def same_result(first: Any, second: Any) -> bool:
+    """Bitwise equality of two runs' outputs (NaNs equal to NaNs)."""
+    a, b = list(flatten_tensors(first)), list(flatten_tensors(second))
+    return len(a) == len(b) and all(
+        x.shape == y.shape and x.dtype == y.dtype and bool(torch.equal(x, y) or torch.allclose(
+            x.double(), y.double(), rtol=0, atol=0, equal_nan=True)) for x, y in zip(a, b, strict=True))

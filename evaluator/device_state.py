@@ -1,0 +1,126 @@
+"""The device the child evaluates on: its identity, versions, and the state the harness resets.
+
+CUDA-only pieces (poisoning the caching allocator's free blocks, the persisting-L2 limit) are
+no-ops on the CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import glob
+import os
+import platform
+import socket
+
+import torch
+from agentforge.evaluator.result import DeviceInfo
+
+_CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", 0)
+    return device
+
+
+def device_info(device: torch.device) -> DeviceInfo:
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return DeviceInfo(kind="cuda", name=props.name, driver=_driver_version(),
+                          capability=f"{props.major}.{props.minor}", count=torch.cuda.device_count())
+    return DeviceInfo(kind="cpu", name=_cpu_name(), count=os.cpu_count() or 1)
+
+
+def versions() -> dict[str, str]:
+    found = {"python": platform.python_version(), "torch": torch.__version__}
+    with contextlib.suppress(ImportError):
+        import numpy
+
+        found["numpy"] = numpy.__version__
+    if torch.version.cuda:
+        found["cuda"] = torch.version.cuda
+    if torch.backends.cudnn.is_available():
+        found["cudnn"] = str(torch.backends.cudnn.version())
+    with contextlib.suppress(ImportError):
+        import triton
+
+        found["triton"] = triton.__version__
+    return found
+
+
+def host() -> str:
+    return socket.gethostname()
+
+
+def poison_free_memory(device: torch.device) -> None:
+    """Fill the caching allocator's free blocks with NaN, so that a candidate reading memory it
+    did not write (a freed reference output, say) reads NaN, not an answer."""
+    if device.type != "cuda":
+        return
+    stats = torch.cuda.memory_stats(device)
+    free_cached = stats.get("reserved_bytes.all.current", 0) - stats.get("allocated_bytes.all.current", 0)
+    if free_cached <= 0:
+        return
+    chunks = []
+    with contextlib.suppress(torch.cuda.OutOfMemoryError):
+        remaining = free_cached
+        while remaining > 2**20:
+            size = min(remaining, 2**30)
+            chunks.append(torch.full((size // 4,), float("nan"), dtype=torch.float32, device=device))
+            remaining -= size
+    del chunks
+
+
+def _cudart() -> ctypes.CDLL | None:
+    lib_dir = os.path.join(os.path.dirname(torch.__file__), "lib")
+    patterns = [os.path.join(lib_dir, "libcudart*.so*"), "/usr/local/cuda/lib64/libcudart.so*"]
+    patterns += [os.path.join(p, "nvidia", "cuda_runtime", "lib", "libcudart.so*")
+                 for p in {os.path.dirname(os.path.dirname(torch.__file__))}]
+    for pattern in patterns:
+        for path in sorted(glob.glob(pattern)):
+            with contextlib.suppress(OSError):
+                return ctypes.CDLL(path)
+    with contextlib.suppress(OSError):
+        return ctypes.CDLL("libcudart.so")
+    return None
+
+
+def persisting_l2_bytes() -> int | None:
+    """The persisting-L2 carve-out currently set (cudaLimitPersistingL2CacheSize), if readable."""
+    lib = _cudart() if torch.cuda.is_available() else None
+    if lib is None:
+        return None
+    value = ctypes.c_size_t(0)
+    if lib.cudaDeviceGetLimit(ctypes.byref(value), _CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE) != 0:
+        return None
+    return int(value.value)
+
+
+def reset_persisting_l2() -> None:
+    lib = _cudart() if torch.cuda.is_available() else None
+    if lib is not None:
+        lib.cudaDeviceSetLimit(_CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE, ctypes.c_size_t(0))
+        with contextlib.suppress(Exception):
+            lib.cudaCtxResetPersistingL2Cache()
+
+
+def _driver_version() -> str | None:
+    with contextlib.suppress(OSError), open("/proc/driver/nvidia/version") as fh:
+        first = fh.readline()
+        for token in first.split():
+            if token.count(".") >= 1 and token.replace(".", "").isdigit():
+                return token
+    return None
+
+
+def _cpu_name() -> str:
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as fh:
+        for line in fh:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "cpu"

@@ -1,0 +1,179 @@
+"""Run-time evidence for the integrity rules, gathered while the candidate executes.
+
+* `OpRecorder`: the aten operators `ModelNew.forward` dispatches (C++ `at::` calls made by an
+  extension included: dispatch modes are thread-local and seen by the dispatcher).
+* `TamperSnapshot`: identities of the functions the harness relies on (timers, comparisons,
+  synchronisation, module call machinery, the evaluator's own functions) and the process-wide
+  precision switches, taken before the candidate executes and compared afterwards.
+* `ConcurrencyWatch`: Python threads and child processes the candidate leaves running.
+* `inspect_outputs`: outputs must be plain `torch.Tensor`s with their own storage.
+"""
+
+from __future__ import annotations
+
+import builtins
+import inspect
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch._dynamo
+from torch.utils._python_dispatch import TorchDispatchMode
+
+# Operators that allocate, describe or re-view memory: no compute a kernel should have done.
+NON_COMPUTE_OPS = frozenset({
+    "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided",
+    "aten::zeros", "aten::zeros_like", "aten::new_zeros", "aten::zero_", "aten::fill_", "aten::full",
+    "aten::view", "aten::_unsafe_view", "aten::reshape", "aten::as_strided", "aten::permute", "aten::transpose",
+    "aten::t", "aten::expand", "aten::squeeze", "aten::unsqueeze", "aten::select", "aten::slice", "aten::detach",
+    "aten::alias", "aten::lift_fresh", "aten::_local_scalar_dense", "aten::resize_", "aten::split",
+    "aten::unbind", "aten::view_as_real", "aten::view_as_complex", "aten::_reshape_alias",
+    "aten::split_with_sizes", "aten::narrow", "aten::unflatten", "aten::flatten", "aten::contiguous",
+    "aten::set_", "aten::record_stream", "aten::is_same_size", "aten::sym_size", "aten::sym_stride",
+    "aten::sym_numel", "aten::sym_storage_offset", "aten::is_contiguous", "aten::size", "aten::stride",
+    "prim::device", "aten::_has_compatible_shallow_copy_type",
+})
+
+
+class OpRecorder(TorchDispatchMode):
+    """Counts every aten operator dispatched while active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        name = func._schema.name
+        self.counts[name] = self.counts.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+    def compute_ops(self, allowed: Iterable[str] = ()) -> dict[str, int]:
+        allowed_set = NON_COMPUTE_OPS | set(allowed)
+        return {k: v for k, v in self.counts.items() if k not in allowed_set}
+
+
+# ----- tamper detection ---------------------------------------------------------------------
+_WATCHED_ATTRIBUTES: tuple[tuple[Any, str], ...] = (
+    (torch, "allclose"), (torch, "isclose"), (torch, "equal"), (torch, "abs"), (torch, "max"),
+    (torch, "isnan"), (torch, "isfinite"), (torch, "manual_seed"), (torch, "randn"), (torch, "rand"),
+    (torch.testing, "assert_close"), (torch.Tensor, "__eq__"), (torch.Tensor, "allclose"),
+    (torch.Tensor, "sub"), (torch.Tensor, "__sub__"), (torch.Tensor, "abs"), (torch.Tensor, "to"),
+    (torch.Tensor, "double"), (torch.Tensor, "float"), (torch.Tensor, "clone"), (torch.Tensor, "copy_"),
+    (torch.Tensor, "data_ptr"), (torch.Tensor, "__torch_function__"), (torch.nn.Module, "__call__"),
+    (torch.nn.Module, "_call_impl"), (torch.nn.Module, "load_state_dict"), (torch.cuda, "synchronize"),
+    (torch.cuda, "Event"), (torch.cuda, "current_stream"), (torch.cuda, "Stream"),
+    (time, "perf_counter"), (time, "perf_counter_ns"), (time, "monotonic"), (time, "monotonic_ns"),
+    (time, "time"), (builtins, "isinstance"), (builtins, "type"), (builtins, "len"),
+)
+
+
+def _precision_switches() -> dict[str, Any]:
+    return {
+        "torch.backends.cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "torch.backends.cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+        "torch.float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction":
+            torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+        "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction":
+            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+        "torch.default_dtype": str(torch.get_default_dtype()),
+    }
+
+
+def _evaluator_functions() -> dict[str, Any]:
+    ids = {}
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.startswith(("agentforge.evaluator", "agentforge.sandbox")):
+            continue
+        for attr, value in list(vars(module).items()):
+            if callable(value):
+                ids[f"{name}.{attr}"] = value
+    return ids
+
+
+@dataclass
+class TamperSnapshot:
+    objects: dict[str, Any] = field(default_factory=dict)  # the raw attribute objects, compared with `is`
+    switches: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def take(cls) -> TamperSnapshot:
+        objects = {f"{getattr(owner, '__name__', owner)}.{attr}": inspect.getattr_static(owner, attr, None)
+                   for owner, attr in _WATCHED_ATTRIBUTES}
+        objects.update(_evaluator_functions())
+        return cls(objects, _precision_switches())
+
+    def changes(self) -> tuple[list[str], list[str]]:
+        """(patched functions, changed precision switches) since the snapshot."""
+        now = TamperSnapshot.take()
+        patched = sorted(k for k, v in self.objects.items() if now.objects.get(k, v) is not v)
+        switched = sorted(f"{k}: {self.switches[k]!r} -> {now.switches[k]!r}"
+                          for k in self.switches if now.switches[k] != self.switches[k])
+        return patched, switched
+
+
+# ----- concurrency --------------------------------------------------------------------------
+def _child_pids() -> set[int]:
+    pids: set[int] = set()
+    task_dir = f"/proc/{os.getpid()}/task"
+    try:
+        for tid in os.listdir(task_dir):
+            try:
+                with open(f"{task_dir}/{tid}/children") as fh:
+                    pids.update(int(p) for p in fh.read().split())
+            except OSError:
+                continue
+    except OSError:
+        pass
+    return pids
+
+
+@dataclass
+class ConcurrencyWatch:
+    threads: set[int] = field(default_factory=set)
+    children: set[int] = field(default_factory=set)
+
+    @classmethod
+    def start(cls) -> ConcurrencyWatch:
+        return cls({t.ident or 0 for t in threading.enumerate()}, _child_pids())
+
+    def leftovers(self) -> list[str]:
+        found = [f"thread {t.name!r} still running" for t in threading.enumerate()
+                 if t.is_alive() and (t.ident or 0) not in self.threads]
+        found += [f"child process {pid} still running" for pid in sorted(_child_pids() - self.children)]
+        return found
+
+
+# ----- outputs ------------------------------------------------------------------------------
+def inspect_outputs(outputs: list[Any], inputs: list[Any]) -> list[tuple[str, str]]:
+    """(rule, evidence) for outputs that are not plain tensors with storage of their own."""
+    problems: list[tuple[str, str]] = []
+    input_ranges = [_storage_range(t) for t in inputs if isinstance(t, torch.Tensor)]
+    for i, out in enumerate(outputs):
+        if not isinstance(out, torch.Tensor):
+            problems.append(("output_type", f"output {i} is {type(out).__name__}, not a torch.Tensor"))
+            continue
+        if type(out) is not torch.Tensor:
+            problems.append(("lazy_output", f"output {i} is a {type(out).__qualname__}, a Tensor subclass; "
+                                            "outputs must be plain torch.Tensor with real storage"))
+            continue
+        if out.is_meta or out.layout != torch.strided:
+            problems.append(("lazy_output", f"output {i} has no materialised strided storage"))
+            continue
+        span = _storage_range(out)
+        if span[1] > span[0] and any(a < span[1] and span[0] < b for a, b in input_ranges):
+            problems.append(("output_aliases_input", f"output {i} shares memory with an input"))
+    return problems
+
+
+def _storage_range(t: torch.Tensor) -> tuple[int, int]:
+    try:
+        storage = t.untyped_storage()
+        return storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+    except (RuntimeError, NotImplementedError):
+        return 0, 0

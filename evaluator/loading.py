@@ -1,0 +1,112 @@
+"""Build stage: execute the candidate module (its builds redirected to the cache) and find `ModelNew`.
+
+Runs only inside the sandbox child: executing a candidate is running untrusted code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import sys
+import traceback
+from dataclasses import dataclass
+from types import ModuleType
+
+from agentforge.evaluator import native
+from agentforge.evaluator.compile_only import CompileOnlyStop, capture_redirected
+from agentforge.evaluator.result import CompileRecord, ErrorRecord
+
+LOG_TAIL_CHARS = 6000
+
+
+@dataclass
+class LoadOutcome:
+    compile: CompileRecord
+    module: ModuleType | None = None
+    model_cls: type | None = None
+    error: ErrorRecord | None = None
+    compile_failed: bool = False
+    stopped_for_compile_only: bool = False
+
+
+def load_candidate(source: str, backend: str, compile_only: bool, arch: str, module_name: str) -> LoadOutcome:
+    native.BUILD_EVENTS.clear()
+    redirect = capture_redirected(arch) if compile_only else native.load_inline_redirected()
+    module = _new_module(module_name)
+    stopped = False
+    error: ErrorRecord | None = None
+    build_failed = False
+    try:
+        code = compile(source, f"<candidate {module_name}>", "exec")
+        with redirect:
+            exec(code, vars(module))
+    except CompileOnlyStop:
+        stopped = True
+    except native.BuildError as exc:
+        build_failed = True
+        error = ErrorRecord(type="BuildError", message=str(exc), traceback_tail=exc.log[-LOG_TAIL_CHARS:])
+    except SyntaxError as exc:
+        build_failed = True
+        error = ErrorRecord(type="SyntaxError", message=f"line {exc.lineno}: {exc.msg}")
+    except BaseException as exc:
+        # A torch builder failure surfaces as RuntimeError from inside load_inline.
+        build_failed = any(not e.ok for e in native.BUILD_EVENTS)
+        error = ErrorRecord(type=type(exc).__name__, message=str(exc)[:2000],
+                            traceback_tail=_tail(traceback.format_exc()))
+    record = _compile_record(backend, ok=not build_failed, compile_only=compile_only, arch=arch)
+    outcome = LoadOutcome(compile=record, module=module, error=error, compile_failed=build_failed,
+                          stopped_for_compile_only=stopped)
+    if error is None and not stopped:
+        model_cls = vars(module).get("ModelNew")
+        if not isinstance(model_cls, type):
+            outcome.error = ErrorRecord(type="MissingModelNew", message="the candidate defines no class `ModelNew`")
+        else:
+            outcome.model_cls = model_cls
+    return outcome
+
+
+def _new_module(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_loader(name, loader=None)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    module.__file__ = f"<candidate {name}>"
+    sys.modules[name] = module  # so classes it defines pickle and torch.compile can trace them
+    return module
+
+
+def _compile_record(backend: str, ok: bool, compile_only: bool, arch: str) -> CompileRecord:
+    events = native.BUILD_EVENTS
+    log = "\n".join(e.log for e in events if e.log)
+    paths = sorted({e.kind for e in events}) or ["python"]
+    resources: tuple = ()
+    histogram: dict[str, int] = {}
+    if compile_only:
+        resources, histogram = _resource_report(events, log)
+    return CompileRecord(
+        ok=ok, backend=backend, seconds=sum(e.seconds for e in events),
+        cached=bool(events) and all(e.cached for e in events), path="+".join(paths),
+        arch=arch if compile_only or backend == "cuda" else None, log_tail=log[-LOG_TAIL_CHARS:],
+        resources=resources, sass_histogram=histogram,
+    )
+
+
+def _resource_report(events: list[native.BuildEvent], log: str) -> tuple[tuple, dict[str, int]]:
+    """Registers, shared memory, spills (ptxas) and a SASS histogram, when the hardware
+    module and tools are available; an empty report otherwise."""
+    with contextlib.suppress(ImportError):
+        from agentforge.evaluator.hardware import compile_report
+
+        resources = tuple(compile_report.parse_ptxas(log))
+        histogram: dict[str, int] = {}
+        for event in events:
+            cubin = event.sources.get("cubin")
+            if event.ok and cubin:
+                with contextlib.suppress(Exception):
+                    for op, count in compile_report.sass_histogram(cubin).items():
+                        histogram[op] = histogram.get(op, 0) + count
+        return resources, histogram
+    return (), {}
+
+
+def _tail(text: str) -> str:
+    return text[-LOG_TAIL_CHARS:]

@@ -1,0 +1,41 @@
+"""The program Nsight Compute profiles: build the candidate, warm it up, then one call inside
+the NVTX range the profiler filters on. Run as `python -m agentforge.evaluator.profile_target JOB`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+from agentforge.evaluator.loading import load_candidate
+from agentforge.evaluator.result import EvalJob
+from agentforge.evaluator.stage_correctness import build_models
+
+from agentforge.task import Task
+
+NVTX_RANGE = "agentforge_candidate"
+
+
+def main(job_path: str) -> int:
+    job = EvalJob.from_json(Path(job_path).read_text())
+    task = Task(job.task_name, job.task_source)
+    device = torch.device(job.device if ":" in job.device else "cuda:0")
+    loaded = load_candidate(job.candidate_source, job.backend, False, job.cuda_arch, "agentforge_profiled")
+    if loaded.model_cls is None:
+        return 1
+    shape = job.timing_shape if job.timing_shape in task.shapes else "default"
+    _, candidate = build_models(task, loaded.model_cls, shape, job.correctness.base_seed, device)
+    inputs = task.make_inputs(job.correctness.base_seed + 1, shape, device)
+    with torch.no_grad():
+        for _ in range(3):
+            candidate(*inputs)
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_push(NVTX_RANGE)
+        candidate(*inputs)
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_pop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,151 @@
+"""Correctness stage: fresh seeds on every shape variant, the candidate before the reference.
+
+Per shape: the reference `Model` is built in the task's dtype from a seed, and `ModelNew` gets
+its weights through `load_state_dict`, so both compute the same function. Per trial: inputs
+from a fresh seed; free device memory poisoned; the candidate runs (its aten ops recorded);
+its inputs are fingerprinted before and after; its outputs must be plain tensors; only then is
+the reference computed, in float64 (float32 for half-precision tasks), on pristine copies.
+The first trial of each shape also runs the candidate again on the same inputs (a moving
+result) and on new contents written into the same buffers (a cached result).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from agentforge.evaluator import device_state
+from agentforge.evaluator.compare import compare
+from agentforge.evaluator.guards import OpRecorder, inspect_outputs
+from agentforge.evaluator.result import CorrectnessRecord
+
+from agentforge.task import Task
+
+
+@dataclass(frozen=True)
+class CorrectnessSettings:
+    trials: int
+    base_seed: int
+    reference_dtype: torch.dtype
+    atol: float
+    rtol: float
+    extra_checks: bool  # determinism and caching probes (hardened track)
+
+
+@dataclass
+class CorrectnessOutcome:
+    records: list[CorrectnessRecord] = field(default_factory=list)
+    evidence: list[tuple[str, str]] = field(default_factory=list)  # (rule, evidence)
+    recorder: OpRecorder = field(default_factory=OpRecorder)
+    models: dict[str, tuple[torch.nn.Module, torch.nn.Module]] = field(default_factory=dict)
+
+
+def reference_dtype_for(task_dtype: torch.dtype, track: str, declared: str | None) -> torch.dtype:
+    if declared:
+        return getattr(torch, declared)
+    if track == "kernelbench":
+        return task_dtype
+    return torch.float32 if task_dtype in (torch.float16, torch.bfloat16) else torch.float64
+
+
+def build_models(task: Task, model_cls: type, shape: str, seed: int, device: torch.device,
+                 ) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """(reference in the task's dtype, candidate with the reference's weights)."""
+    reference = task.make_model(seed, shape, device)
+    init = task.init_inputs(shape)
+    with task.shape_variant(shape), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        candidate = model_cls(*init)
+    if isinstance(candidate, torch.nn.Module):
+        candidate = candidate.to(device)
+        reference_state = reference.state_dict()
+        own = candidate.state_dict()
+        matching = {k: v for k, v in reference_state.items() if k in own and own[k].shape == v.shape}
+        candidate.load_state_dict(matching, strict=False)
+        candidate.eval()
+    return reference, candidate
+
+
+def upcast(values: list[Any], dtype: torch.dtype) -> list[Any]:
+    return [v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in values]
+
+
+def fingerprint(values: list[Any]) -> list[str]:
+    prints = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            raw = v.detach().contiguous().cpu().view(torch.uint8) if v.numel() else v.detach().cpu()
+            prints.append(hashlib.sha256(raw.numpy().tobytes()).hexdigest())
+        else:
+            prints.append(repr(v))
+    return prints
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def check_shape(task: Task, model_cls: type, shape: str, shape_index: int, device: torch.device,
+                settings: CorrectnessSettings, outcome: CorrectnessOutcome, allowed_ops: tuple[str, ...]) -> None:
+    reference, candidate = build_models(task, model_cls, shape, settings.base_seed, device)
+    reference_hi = copy.deepcopy(reference).to(settings.reference_dtype)
+    outcome.models[shape] = (reference, candidate)
+    tol = dict(atol=settings.atol, rtol=settings.rtol)
+
+    def reference_on(inputs: list[Any]) -> Any:
+        return reference_hi(*upcast(inputs, settings.reference_dtype))
+
+    for trial in range(settings.trials):
+        seed = settings.base_seed + 1 + trial + 1000 * shape_index
+        inputs = task.make_inputs(seed, shape, device)
+        before = fingerprint(inputs)
+        device_state.poison_free_memory(device)
+        with outcome.recorder:
+            out = candidate(*inputs)
+        _sync(device)
+        outputs = list(out) if isinstance(out, list | tuple) else [out]
+        outcome.evidence += inspect_outputs(outputs, inputs)
+        if fingerprint(inputs) != before:
+            changed = [i for i, (a, b) in enumerate(zip(before, fingerprint(inputs), strict=True)) if a != b]
+            outcome.evidence.append(("input_mutation", f"shape {shape}, seed {seed}: inputs {changed} changed"))
+        pristine = task.make_inputs(seed, shape, device)
+        expected = reference_on(pristine)
+        result = compare(out, expected, task.dtype, **tol)
+        outcome.records.append(CorrectnessRecord(
+            shape=shape, seed=seed, passed=result.passed, max_abs_err=result.max_abs_err,
+            max_rel_err=result.max_rel_err, failed_check=result.failed_check, message=result.message))
+        if not result.passed or trial > 0 or not settings.extra_checks:
+            continue
+        again = candidate(*inputs)
+        _sync(device)
+        if not compare(again, expected, task.dtype, **tol).passed:
+            outcome.evidence.append(("nondeterministic_output",
+                                     f"shape {shape}, seed {seed}: a second call on the same inputs is wrong"))
+        _probe_caching(task, candidate, reference_on, inputs, expected, shape, seed, device, tol, outcome)
+
+
+def _probe_caching(task: Task, candidate: Any, reference_on: Any, inputs: list[Any], previous: Any, shape: str,
+                   seed: int, device: torch.device, tol: dict[str, float], outcome: CorrectnessOutcome) -> None:
+    fresh_seed = seed + 500
+    fresh = task.make_inputs(fresh_seed, shape, device)
+    for buffer, value in zip(inputs, fresh, strict=True):
+        if isinstance(buffer, torch.Tensor):
+            buffer.copy_(value)
+    out = candidate(*inputs)
+    _sync(device)
+    expected = reference_on(fresh)
+    check = compare(out, expected, task.dtype, **tol)
+    if check.passed:
+        return
+    if compare(out, previous, task.dtype, **tol).passed:
+        outcome.evidence.append(("result_caching", f"shape {shape}: new contents in the same buffers "
+                                                   f"(seed {fresh_seed}) returned the result for seed {seed}"))
+    else:
+        outcome.records.append(CorrectnessRecord(
+            shape=shape, seed=fresh_seed, passed=False, max_abs_err=check.max_abs_err,
+            max_rel_err=check.max_rel_err, failed_check=check.failed_check,
+            message="in reused input buffers: " + check.message))

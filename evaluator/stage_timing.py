@@ -1,0 +1,78 @@
+"""Timing stage: the candidate and its baselines, in one process, on the same inputs, interleaved."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from agentforge.evaluator import timing
+from agentforge.evaluator.compare import compare
+from agentforge.evaluator.result import TimingConfig, TimingRecord
+from agentforge.evaluator.stage_correctness import upcast
+
+from agentforge.task import Task
+
+POOL_SIZE = 4  # distinct input contents rotated through the same buffers
+
+
+@dataclass
+class TimingOutcome:
+    record: TimingRecord
+    evidence: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _compiled(model: torch.nn.Module, mode: str) -> Any:
+    compiled = torch.compile(copy.deepcopy(model), mode=None if mode == "default" else mode)
+    return compiled
+
+
+def measure(task: Task, shape: str, candidate: torch.nn.Module, reference: torch.nn.Module,
+            reference_dtype: torch.dtype, device: torch.device, config: TimingConfig,
+            baselines: tuple[str, ...], compile_modes: tuple[str, ...], tolerance: tuple[float, float],
+            seed: int) -> TimingOutcome:
+    notes: list[str] = []
+    pool = [task.make_inputs(seed + 7919 * (k + 1), shape, device) for k in range(POOL_SIZE)]
+    buffers = [v.clone() if isinstance(v, torch.Tensor) else v for v in pool[0]]
+    reference_hi = copy.deepcopy(reference).to(reference_dtype)
+
+    def refill(rep: int) -> None:
+        scale = 1.0 + (rep % 17) / 64.0  # new contents every repetition, not just a rotation
+        for buffer, value in zip(buffers, pool[rep % POOL_SIZE], strict=True):
+            if isinstance(buffer, torch.Tensor):
+                buffer.copy_(value)
+                if buffer.is_floating_point():
+                    buffer.mul_(scale)
+
+    def recheck(rep: int, output: Any) -> str | None:
+        expected = reference_hi(*upcast(buffers, reference_dtype))
+        result = compare(output, expected, task.dtype, atol=tolerance[0], rtol=tolerance[1])
+        return None if result.passed else f"repetition {rep}: {result.message or result.failed_check}"
+
+    subjects = [timing.Subject("candidate", candidate)]
+    if "eager" in baselines:
+        subjects.append(timing.Subject("eager", reference))
+    if "compile" in baselines:
+        for mode in compile_modes:
+            try:
+                fn = _compiled(reference, mode)
+                fn(*buffers)  # compile outside the timed loop
+                subjects.append(timing.Subject(f"compile-{mode}", fn))
+            except Exception as exc:
+                notes.append(f"torch.compile mode={mode} failed: {type(exc).__name__}: {str(exc)[:200]}")
+    run = timing.run_interleaved(subjects, buffers, refill, device, config, recheck, seed=seed)
+    evidence = [("timed_output_mismatch", f) for f in run.recheck_failures[:3]]
+    cand = run.subjects["candidate"]
+    if device.type == "cuda":
+        gap = timing.unsynchronized_evidence(cand, [s for s in run.subjects.values() if s is not cand])
+        if gap:
+            evidence.append(("unsynchronized_work", gap))
+            cand.samples_us = cand.closed_us  # time it by what the device really did
+    record = TimingRecord(
+        shape=shape, method=run.method, candidate=timing.summarise(cand, config.statistic),
+        baselines={name: timing.summarise(s, config.statistic) for name, s in run.subjects.items()
+                   if name != "candidate"},
+        l2_flushed=run.l2_flushed, interleaved=True, rechecked_outputs=run.rechecks, notes=tuple(notes),
+    )
+    return TimingOutcome(record, evidence)

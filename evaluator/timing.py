@@ -1,0 +1,180 @@
+"""Timing like a kernel engineer: interleaved subjects, fresh inputs, flushed caches, robust stats.
+
+Every subject (the candidate, eager PyTorch, each torch.compile mode) is called on the same
+input buffers in the same repetition, in a shuffled order. Before each repetition the buffers
+get new contents, so a result cached by pointer or content is wrong and the re-check catches it.
+Before each timed call the last-level cache is flushed by writing a buffer twice its size.
+
+On CUDA a call is timed with events on the current stream, and a second end event is recorded
+after a device-wide synchronize: a candidate whose work ends well after its stream's end event
+(a side stream, an async launch from a thread) is flagged and timed by the closed event. On the
+CPU the same loop uses the monotonic clock.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from agentforge.evaluator.result import TimingConfig, TimingStats
+
+# Bound at import, before any candidate runs: patching `time` later cannot reach these.
+_perf_counter_ns = time.perf_counter_ns
+_Event = torch.cuda.Event
+_synchronize = torch.cuda.synchronize
+
+
+@dataclass
+class Subject:
+    name: str
+    fn: Callable[..., Any]
+    samples_us: list[float] = field(default_factory=list)
+    closed_us: list[float] = field(default_factory=list)  # start to an event after a device-wide sync
+
+
+@dataclass
+class TimingRun:
+    subjects: dict[str, Subject]
+    method: str
+    l2_flushed: bool
+    rechecks: int
+    recheck_failures: list[str]
+
+
+def llc_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return int(getattr(props, "L2_cache_size", 50 * 2**20) or 50 * 2**20)
+    size = 32 * 2**20
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cache/index3/size") as fh:
+            text = fh.read().strip().upper()
+        size = int(text[:-1]) * (2**20 if text.endswith("M") else 2**10 if text.endswith("K") else 1)
+    except (OSError, ValueError):
+        pass
+    return size
+
+
+class CacheFlusher:
+    """Writes a buffer of twice the last-level cache before each timed call."""
+
+    def __init__(self, device: torch.device, enabled: bool):
+        self.enabled = enabled
+        self.buffer = torch.empty(2 * llc_bytes(device) // 4, dtype=torch.int32, device=device) if enabled else None
+
+    def __call__(self) -> None:
+        if self.buffer is not None:
+            self.buffer.zero_()
+
+
+def stats(samples_us: list[float]) -> TimingStats:
+    n = len(samples_us)
+    mean = statistics.fmean(samples_us)
+    stdev = statistics.stdev(samples_us) if n > 1 else 0.0
+    return TimingStats(
+        median_us=statistics.median(samples_us), mean_us=mean, stdev_us=stdev,
+        min_us=min(samples_us), max_us=max(samples_us), n=n,
+        rel_stderr=(stdev / math.sqrt(n) / mean) if n > 1 and mean > 0 else float("inf") if n <= 1 else 0.0,
+        samples_us=tuple(samples_us),
+    )
+
+
+def _time_call_cuda(fn: Callable[..., Any], args: list[Any]) -> tuple[float, float, Any]:
+    """(stream time, device-closed time, output). The second end event is recorded after a
+    device-wide synchronize: work on any stream is inside it."""
+    start, end, closed = _Event(enable_timing=True), _Event(enable_timing=True), _Event(enable_timing=True)
+    start.record()
+    out = fn(*args)
+    end.record()
+    _synchronize()
+    closed.record()
+    closed.synchronize()
+    return start.elapsed_time(end) * 1e3, start.elapsed_time(closed) * 1e3, out
+
+
+def _time_call_cpu(fn: Callable[..., Any], args: list[Any]) -> tuple[float, float, Any]:
+    begin = _perf_counter_ns()
+    out = fn(*args)
+    elapsed = (_perf_counter_ns() - begin) / 1e3
+    return elapsed, elapsed, out  # threads left running are the concurrency watch's business
+
+
+def run_interleaved(
+    subjects: list[Subject], buffers: list[Any], refill: Callable[[int], None], device: torch.device,
+    config: TimingConfig, recheck: Callable[[int, Any], str | None] | None, seed: int = 0,
+) -> TimingRun:
+    """Time all subjects, interleaved, until each one's standard error is under target or the
+    time cap or max_reps is reached. `refill(rep)` writes fresh contents into `buffers`;
+    `recheck(rep, output)` returns a complaint for a wrong candidate output, else None."""
+    cuda = device.type == "cuda"
+    timer = _time_call_cuda if cuda else _time_call_cpu
+    flush = CacheFlusher(device, config.flush_l2)
+    rng = random.Random(seed)
+    recheck_every = max(1, round(1 / config.recheck_fraction)) if config.recheck_fraction > 0 else 0
+
+    for subject in subjects:  # warm-up, excluded
+        for _ in range(config.warmup):
+            subject.fn(*buffers)
+        if cuda:
+            _synchronize()
+
+    failures: list[str] = []
+    rechecks = 0
+    deadline = _perf_counter_ns() + config.time_cap_s * 1e9 * max(1, len(subjects))
+    rep = 0
+    while rep < config.max_reps:
+        if config.fresh_inputs:
+            refill(rep)
+        order = subjects[:]
+        rng.shuffle(order)
+        for subject in order:
+            flush()
+            device_us, closed_us, out = timer(subject.fn, buffers)
+            subject.samples_us.append(device_us)
+            subject.closed_us.append(closed_us)
+            if subject.name == "candidate" and recheck is not None and recheck_every and rep % recheck_every == 0:
+                rechecks += 1
+                complaint = recheck(rep, out)
+                if complaint:
+                    failures.append(complaint)
+            del out
+        rep += 1
+        if rep >= config.min_reps and (
+            _perf_counter_ns() > deadline
+            or all(stats(s.samples_us).rel_stderr < config.target_rel_stderr for s in subjects)
+        ):
+            break
+    return TimingRun({s.name: s for s in subjects}, "cuda-events" if cuda else "host-monotonic",
+                     flush.enabled, rechecks, failures)
+
+
+def summarise(subject: Subject, statistic: str) -> TimingStats:
+    """Stats with `median_us` holding the job's chosen statistic (KernelBench reports the mean)."""
+    result = stats(subject.samples_us)
+    if statistic == "mean":
+        from dataclasses import replace
+
+        return replace(result, median_us=result.mean_us)
+    return result
+
+
+def unsynchronized_evidence(candidate: Subject, baselines: list[Subject]) -> str | None:
+    """Work that ends after the stream's end event shows up as a gap between the device-closed
+    time and the stream time; honest subjects share the same small gap (the sync round trip)."""
+    def gap(s: Subject) -> float:
+        return statistics.median(c - d for c, d in zip(s.closed_us, s.samples_us, strict=True))
+
+    if not candidate.closed_us or not baselines:
+        return None
+    normal = min(gap(b) for b in baselines if b.closed_us)
+    observed = gap(candidate)
+    if observed > 2 * normal + 20 and observed > 0.5 * statistics.median(candidate.samples_us):
+        return (f"device-wide sync ends {observed:.1f} us after the stream's end event "
+                f"(baselines: {normal:.1f} us): work runs outside the timed stream")
+    return None
