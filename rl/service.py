@@ -65,7 +65,8 @@ class ServiceConfig:
     ray_address: str | None = None  # None: ray.init() decides (a running cluster or a local one)
     ray_num_gpus: float = 0.0  # GPUs each Ray evaluation task reserves
     cache_path: str | None = None  # JSONL of evaluated results, read at start, appended to
-    job_options: dict[str, Any] = field(default_factory=dict)  # passed on to make_job
+    job_options: dict[str, Any] = field(default_factory=dict)  # make_job's keywords (measure, timing, ...)
+    sandbox_options: dict[str, Any] = field(default_factory=dict)  # SandboxConfig's fields, for local runs
 
     def __post_init__(self) -> None:
         if self.executor not in EXECUTORS:
@@ -217,32 +218,61 @@ def make_eval_job(request: RewardRequest, code: str, config: ServiceConfig) -> E
 
     candidate = Candidate(source=code, backend=config.backend)
     task = _load_task(request.task_name, request.task_source)
-    return make_job(task, candidate, device=config.device, track=config.track, **config.job_options)
+    return make_job(task, candidate, device=config.device, track=config.track, **job_keywords(config))
+
+
+def job_keywords(config: ServiceConfig) -> dict[str, Any]:
+    """`job_options` as make_job takes them: tables become Measure / TimingConfig / ... records."""
+    from agentforge.evaluator.result import CorrectnessConfig, Measure, TimingConfig
+
+    records = {"measure": Measure, "timing": TimingConfig, "correctness": CorrectnessConfig}
+    keywords: dict[str, Any] = {}
+    for key, value in config.job_options.items():
+        if key in records and isinstance(value, dict):
+            value = records[key](**{k: tuple(v) if isinstance(v, list) else v for k, v in value.items()})
+        elif isinstance(value, list):
+            value = tuple(value)
+        keywords[key] = value
+    return keywords
 
 
 def default_evaluate_fn(config: ServiceConfig) -> EvaluateFn:
     if config.executor == "ray":
-        return RayEvaluate(address=config.ray_address, num_gpus=config.ray_num_gpus)
-    return _local_evaluate
+        return RayEvaluate(address=config.ray_address, num_gpus=config.ray_num_gpus,
+                           sandbox_options=config.sandbox_options)
+    return LocalEvaluate(config.sandbox_options)
 
 
-def _local_evaluate(job: EvalJob) -> EvalResult:
-    from agentforge.evaluator.api import evaluate
+@dataclass(frozen=True)
+class LocalEvaluate:
+    """`evaluator.api.evaluate` in a sandbox child on this machine; picklable."""
 
-    return evaluate(job)
+    sandbox_options: dict[str, Any] = field(default_factory=dict)
+
+    def __call__(self, job: EvalJob) -> EvalResult:
+        from agentforge.evaluator.api import evaluate
+
+        sandbox = None
+        if self.sandbox_options:
+            from agentforge.sandbox.config import SandboxConfig
+
+            sandbox = SandboxConfig(**self.sandbox_options)
+        return evaluate(job, sandbox)
 
 
 class RayEvaluate:
     """Runs `evaluate(job)` as a Ray task (on any node of the cluster); picklable."""
 
-    def __init__(self, address: str | None = None, num_gpus: float = 0.0) -> None:
+    def __init__(self, address: str | None = None, num_gpus: float = 0.0,
+                 sandbox_options: dict[str, Any] | None = None) -> None:
         self.address = address
         self.num_gpus = num_gpus
+        self.sandbox_options = dict(sandbox_options or {})
         self._remote: Any = None
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"address": self.address, "num_gpus": self.num_gpus}
+        return {"address": self.address, "num_gpus": self.num_gpus, "sandbox_options": self.sandbox_options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(**state)
@@ -255,11 +285,12 @@ class RayEvaluate:
                 if not ray.is_initialized():
                     ray.init(address=self.address, ignore_reinit_error=True)
                 self._remote = ray.remote(num_gpus=self.num_gpus, max_retries=0)(_evaluate_json)
-        return EvalResult.from_json(ray.get(self._remote.remote(job.to_json())))
+        return EvalResult.from_json(ray.get(self._remote.remote(job.to_json(), self.sandbox_options)))
 
 
-def _evaluate_json(job_json: str) -> str:
-    return _local_evaluate(EvalJob.from_json(job_json)).to_json()
+def _evaluate_json(job_json: str, sandbox_options: dict[str, Any]) -> str:
+    """Runs on a Ray worker: the job crosses as JSON, the evaluation in a sandbox child there."""
+    return LocalEvaluate(sandbox_options)(EvalJob.from_json(job_json)).to_json()
 
 
 def _failure(job: EvalJob, status: Status, kind: str, message: str) -> EvalResult:

@@ -1,0 +1,1 @@
+"""The CPU smoke problem: a KernelBench-format task and the lean C++ skeleton a tiny policy fills."""

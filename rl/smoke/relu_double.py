@@ -1,0 +1,20 @@
+"""y = 2 * relu(x): the task of the CPU smoke run (KernelBench format)."""
+
+import torch
+
+N = 4096
+SHAPES = {"default": {"N": 4096}, "odd": {"N": 1001}}
+TAGS = ["elementwise", "smoke"]
+
+
+class Model(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 2.0 * torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(N)]
+
+
+def get_init_inputs():
+    return []

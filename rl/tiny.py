@@ -1,0 +1,68 @@
+"""A tiny causal LM and a tokenizer built in code, for CPU proofs of the training loop.
+
+No download: the tokenizer is a `tokenizers` WordLevel model over a fixed vocabulary, and the
+model a 2-layer Llama built from a config with random weights. Its vocabulary is the smoke
+problem's prompt words plus C statements (`v=v+v;`): what the policy writes is literally the
+body of a C++ kernel's inner loop, which `rl/smoke/skeleton.txt` places into a lean kernel.
+Some token strings compute 2*relu(v), some do not, one does not compile: the evaluator's
+verdicts, not a scripted table, give rewards that vary within a group.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+SPECIALS = ("[PAD]", "[UNK]", "[BOS]", "[EOS]")
+PROMPT_WORDS = ("write", "the", "loop", "body", "of", "relu_double", ":")
+STATEMENTS = (
+    "v=v>0.0f?v:0.0f;",  # relu
+    "v=v+v;",  # double
+    "v=v*0.5f;",  # halve
+    "v=-v;",  # negate
+    "v=v<0.0f?0.0f:v;",  # relu, spelled otherwise
+    "v=v*2.0f;",  # double, spelled otherwise
+    "v=;",  # does not compile
+)
+SMOKE_DIR = Path(__file__).resolve().parent / "smoke"
+SMOKE_PROMPT = "write the loop body of relu_double :"
+
+
+def build_tokenizer() -> Any:
+    """A PreTrainedTokenizerFast over SPECIALS + PROMPT_WORDS + STATEMENTS, split on spaces."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {token: i for i, token in enumerate((*SPECIALS, *PROMPT_WORDS, *STATEMENTS))}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    core.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins tokens with spaces
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="[PAD]", unk_token="[UNK]", bos_token="[BOS]", eos_token="[EOS]",
+    )
+
+
+def build_model(tokenizer: Any, hidden_size: int = 32, layers: int = 2, heads: int = 4, seed: int = 0) -> Any:
+    """A randomly initialised Llama of about 30k parameters."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
+        max_position_embeddings=64, pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=True,
+    )
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(config)
+
+
+def smoke_task() -> tuple[str, str]:
+    """(name, source) of the smoke task."""
+    path = SMOKE_DIR / "relu_double.py"
+    return "smoke/relu_double", path.read_text()
+
+
+def smoke_template() -> str:
+    """The reply a completion is placed into: `{completion}` marks the loop body."""
+    return (SMOKE_DIR / "skeleton.txt").read_text()
