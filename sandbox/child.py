@@ -1,0 +1,139 @@
+"""The evaluation child: `python -m agentforge.sandbox.child --request-fd R --result-fd W`.
+
+Reads one framed `ChildRequest` from fd R, hardens itself (mount namespace under `unshare`, uid
+drop when started as root, no new privileges, resource limits), pins the process-wide numeric
+switches, calls the entry (the real pipeline by default) and writes one framed EvalResult to fd W,
+then exits at once so nothing the candidate registered (atexit, threads) runs after the verdict.
+Both fds are made non-inheritable before any job code runs. stdout and stderr are files the
+parent reads only as evidence; they never carry the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import faulthandler
+import importlib
+import os
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+
+from agentforge.evaluator.result import ErrorRecord, EvalJob, EvalResult, Stage, Status
+from agentforge.sandbox import channel, limits, mounts
+from agentforge.sandbox.request import ChildRequest
+
+from agentforge.candidate import code_hash
+
+TRACEBACK_CHARS = 4000
+
+
+@contextlib.contextmanager
+def numeric_switches(enabled: bool) -> Iterator[None]:
+    """TF32 off and fp32 matmuls at highest precision on both sides of every comparison, cuDNN
+    deterministic and not autotuned; the previous values are restored afterwards."""
+    if not enabled:
+        yield
+        return
+    import torch
+
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+             torch.get_float32_matmul_precision(), torch.backends.cudnn.deterministic,
+             torch.backends.cudnn.benchmark)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    try:
+        yield
+    finally:
+        (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, precision,
+         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark) = saved
+        torch.set_float32_matmul_precision(precision)
+
+
+def load_entry(spec: str) -> Callable[[EvalJob], EvalResult]:
+    module_name, _, function = spec.partition(":")
+    return getattr(importlib.import_module(module_name), function)
+
+
+def _exception_result(job: EvalJob, exc: BaseException) -> EvalResult:
+    tail = "".join(traceback.format_exception(exc))[-TRACEBACK_CHARS:]
+    return EvalResult(
+        task_name=job.task_name, candidate_hash=code_hash(job.candidate_source), backend=job.backend,
+        status=Status.CRASH, stage=Stage.SANDBOX, candidate_meta=dict(job.candidate_meta),
+        error=ErrorRecord(type=type(exc).__name__, message=str(exc)[:2000], traceback_tail=tail),
+    )
+
+
+def _memory_verdict(result: EvalResult, request: ChildRequest) -> EvalResult:
+    """A MemoryError under our RLIMIT_AS is the memory limit at work: a crash, typed MemoryLimit."""
+    error, limit = result.error, request.limits.address_space_bytes
+    if result.status == Status.OK or error is None or error.type != "MemoryError" or limit is None:
+        return result
+    message = f"address-space limit of {limit / 2**30:g} GiB reached (RLIMIT_AS -> MemoryError)"
+    error = dataclasses.replace(error, type="MemoryLimit", message=f"{message}: {error.message}"[:2000])
+    return dataclasses.replace(result, status=Status.CRASH, error=error)
+
+
+def evaluate(request: ChildRequest) -> EvalResult:
+    """Call the entry; whatever it raises or returns becomes an EvalResult."""
+    job = request.job
+    try:
+        entry = load_entry(request.entry)
+        with numeric_switches(request.torch_switches):
+            result = entry(job)
+        if not isinstance(result, EvalResult):
+            raise TypeError(f"entry {request.entry} returned {type(result).__name__}, not EvalResult")
+    except BaseException as exc:  # the verdict must be a value, whatever the job did
+        result = _exception_result(job, exc)
+    return _memory_verdict(result, request)
+
+
+def harden(request: ChildRequest) -> None:
+    if request.mounts:
+        mounts.apply_mounts(request.mounts)
+    if request.drop_to_uid is not None:
+        limits.drop_privileges(request.drop_to_uid)
+    limits.no_new_privileges()
+    limits.apply_limits(request.limits)
+    os.chdir(request.workdir)
+    os.umask(0o077)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="agentforge.sandbox.child")
+    parser.add_argument("--request-fd", type=int, required=True)
+    parser.add_argument("--result-fd", type=int, required=True)
+    args = parser.parse_args(argv)
+    for fd in (args.request_fd, args.result_fd):
+        os.set_inheritable(fd, False)
+    limits.die_with_parent()
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+
+    data = channel.read_all(args.request_fd)
+    os.close(args.request_fd)
+    nonce = data[len(channel.MAGIC):channel.HEADER_BYTES - 8]
+    request = ChildRequest.from_json(channel.decode_frame(data, nonce).decode())
+    try:
+        harden(request)
+    except BaseException as exc:
+        result = _exception_result(request.job, exc)
+        result = dataclasses.replace(result, error=dataclasses.replace(result.error, type="SandboxError"))
+    else:
+        result = evaluate(request)
+    try:
+        payload = result.to_json().encode()
+    except (TypeError, ValueError) as exc:  # e.g. a NaN the entry left in a record
+        payload = _exception_result(request.job, exc).to_json().encode()
+    channel.write_all(args.result_fd, channel.encode_frame(payload, nonce))
+    os.close(args.result_fd)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

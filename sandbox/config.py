@@ -1,0 +1,94 @@
+"""`SandboxConfig`: what limits and isolation one evaluation child runs under.
+
+Built from `SandboxSettings` (the CLI's single source of settings) by `from_settings`, then passed
+down explicitly; nothing here reads the environment. Each field is documented once, here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentforge.settings import SandboxSettings
+
+KINDS = ("process", "docker", "ray")
+ISOLATIONS = ("auto", "bwrap", "unshare", "none")
+DEFAULT_ENTRY = "agentforge.evaluator.pipeline:run_pipeline"
+NOBODY = 65534
+
+
+def _default_workdir_root() -> str:
+    return str(Path(tempfile.gettempdir()) / "agentforge-sandbox")
+
+
+def _default_cache_dir() -> str:
+    return str(Path("~/.cache/agentforge").expanduser())
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """Limits and isolation of one evaluation child.
+
+    `memory_gb` is an address-space limit (RLIMIT_AS) for CPU jobs. CUDA reserves a huge virtual
+    address space at context creation (tens of GiB on an 80 GiB card) and fails under any
+    realistic RLIMIT_AS, so for jobs on a CUDA device RLIMIT_AS is not set; the parent's RSS
+    watchdog (resident memory of the child's whole process tree, polled) enforces `memory_gb`
+    instead. The watchdog runs for CPU jobs too, as a second line.
+    """
+
+    timeout_s: float = 600.0  # wall clock, from spawn to the result
+    memory_gb: float = 16.0  # RLIMIT_AS on CPU jobs; resident-set watchdog on every job
+    cpu_seconds: int = 1800  # RLIMIT_CPU: SIGXCPU at the soft limit, SIGKILL one second later
+    file_size_mb: int = 512  # RLIMIT_FSIZE: a larger write gets SIGXFSZ / EFBIG
+    max_processes: int = 256  # RLIMIT_NPROC headroom above what the sandbox uid already runs
+    isolation: str = "auto"  # auto: bwrap if it works here, else unshare if it works, else none
+    workdir_root: str = field(default_factory=_default_workdir_root)  # a fresh workdir per job below
+    cache_dir: str = field(default_factory=_default_cache_dir)  # build cache, bound read-write
+    kind: str = "process"  # process | docker | ray
+    docker_image: str = "agentforge-eval:latest"
+    gpus: tuple[str, ...] = ()  # CUDA devices to spread jobs over ("0", "1", ...); empty: jobs' own
+    sandbox_uid: int = NOBODY  # when started as root, the child runs as this uid/gid
+    entry: str = DEFAULT_ENTRY  # "module:function" the child calls with the EvalJob
+    python: str = ""  # interpreter of the child; empty: the parent's own (sys.executable)
+    python_paths: tuple[str, ...] = ()  # extra import roots for the child (PYTHONPATH)
+    torch_switches: bool = True  # pin TF32 off / fp32 precision in the child (imports torch there)
+    keep_workdir: bool = False  # leave the workdir (stdout, stderr, build files) after the run
+    kill_grace_s: float = 2.0  # SIGTERM to SIGKILL of the process group at the end
+    extra: dict[str, Any] = field(default_factory=dict)  # backend-specific options (e.g. ray)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"sandbox kind is {self.kind!r}; choose one of: {', '.join(KINDS)}")
+        if self.isolation not in ISOLATIONS:
+            raise ValueError(
+                f"sandbox isolation is {self.isolation!r}; choose one of: {', '.join(ISOLATIONS)}"
+            )
+        if ":" not in self.entry:
+            raise ValueError(f"sandbox entry must be 'module:function', got {self.entry!r}")
+        for name in ("timeout_s", "memory_gb", "cpu_seconds", "file_size_mb", "max_processes"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"sandbox {name} must be > 0 (got {getattr(self, name)})")
+
+    def replace(self, **changes: Any) -> SandboxConfig:
+        return dataclasses.replace(self, **changes)
+
+
+def from_settings(settings: SandboxSettings, cache_dir: str) -> SandboxConfig:
+    """The per-job sandbox config from the CLI's settings (`Settings.sandbox`, `Settings.cache_dir`)."""
+    extra: dict[str, Any] = {}
+    if settings.ray_address:
+        extra["ray_address"] = settings.ray_address
+    return SandboxConfig(
+        timeout_s=float(settings.timeout_s),
+        memory_gb=float(settings.memory_gb),
+        cpu_seconds=int(settings.cpu_seconds),
+        isolation=settings.isolation,
+        cache_dir=str(Path(cache_dir).expanduser()),
+        kind=settings.kind,
+        docker_image=settings.docker_image,
+        extra=extra,
+    )

@@ -1,0 +1,297 @@
+"""The default backend: each job in a fresh, limited, isolated child process on this machine.
+
+Per job: a fresh directory (`job-*/` holding the parent's stdout/stderr logs, and `work/`, the only
+place the child may write), an isolation plan (`isolation.py`), two private pipes (request in,
+result out) passed by fd, a new session (its own process group), and a wait loop that reads the
+result channel, watches the wall clock and the tree's resident memory, then kills whatever is left
+of the tree. The result is parsed strictly; anything else becomes a timeout or crash verdict.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import BinaryIO
+
+from agentforge.evaluator.result import EvalJob, EvalResult
+from agentforge.sandbox import channel, isolation, verdict
+from agentforge.sandbox.config import SandboxConfig
+from agentforge.sandbox.request import ChildRequest, Limits
+from agentforge.sandbox.watchdog import ProcessTree
+
+from agentforge.candidate import code_hash
+
+STDERR_TAIL_CHARS = 4000
+WATCHDOG_PERIOD_S = 0.25
+DRAIN_S = 0.5  # after the child exits, how long to wait for the rest of a frame in flight
+
+# Variables the child inherits when set (compilers and GPUs need them); nothing else leaks through.
+PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "CC", "CXX",
+                   "CUDA_VISIBLE_DEVICES", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "OMP_NUM_THREADS",
+                   "NVIDIA_VISIBLE_DEVICES", "TRITON_INTERPRET")
+
+
+def child_env(config: SandboxConfig, workdir: str, cache_dir: str) -> dict[str, str]:
+    """The minimal, sanitised environment of the child (no keys, no tokens, no proxies)."""
+    env = {name: os.environ[name] for name in PASSTHROUGH_ENV if name in os.environ}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env.setdefault("LANG", "C.UTF-8")
+    env.update(HOME=workdir, TMPDIR=str(Path(workdir) / "tmp"), PYTHONDONTWRITEBYTECODE="1",
+               PYTHONNOUSERSITE="1", PYTHONUNBUFFERED="1",
+               TORCH_EXTENSIONS_DIR=str(Path(cache_dir) / "torch_extensions"),
+               TRITON_CACHE_DIR=str(Path(cache_dir) / "triton"))
+    if config.python_paths:
+        env["PYTHONPATH"] = os.pathsep.join(config.python_paths)
+    return env
+
+
+def limits_for(config: SandboxConfig, job: EvalJob) -> Limits:
+    on_cuda = job.device.startswith("cuda")
+    return Limits(
+        address_space_bytes=None if on_cuda else int(config.memory_gb * 2**30),
+        cpu_seconds=int(config.cpu_seconds),
+        file_size_bytes=int(config.file_size_mb * 2**20),
+        max_processes=int(config.max_processes),
+    )
+
+
+def _prepare_cache(cache_dir: str, uid: int | None) -> None:
+    """The cache must exist and be writable by the sandbox uid (chown'd to it when we are root)."""
+    path = Path(cache_dir)
+    path.mkdir(parents=True, exist_ok=True)
+    if uid is not None and path.stat().st_uid != uid:
+        for root, dirs, files in os.walk(path):
+            for name in [*dirs, *files]:
+                os.lchown(os.path.join(root, name), uid, uid)
+        os.chown(path, uid, uid)
+
+
+def _tail(handle: BinaryIO) -> str:
+    handle.flush()
+    size = os.fstat(handle.fileno()).st_size
+    with open(handle.fileno(), "rb", closefd=False) as reader:
+        reader.seek(max(0, size - STDERR_TAIL_CHARS))
+        return reader.read().decode("utf-8", "replace")
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+@dataclasses.dataclass
+class _Outcome:
+    """What the wait loop saw."""
+
+    data: bytes = b""
+    timed_out: bool = False
+    rss_killed: int = 0  # resident bytes when the watchdog fired; 0 when it did not
+    overflow: bool = False
+
+
+class ProcessBackend:
+    """`run(job)` in a local child process; `run_many` spreads jobs over a thread pool."""
+
+    name = "process"
+
+    def __init__(self, config: SandboxConfig | None = None) -> None:
+        self.config = config or SandboxConfig()
+        isolation.resolve_mode(self.config.isolation)  # an explicit mode that cannot run fails here
+
+    def run(self, job: EvalJob) -> EvalResult:
+        started, clock = _now(), time.monotonic()
+        root = Path(self.config.workdir_root)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            job_dir = Path(tempfile.mkdtemp(prefix="job-", dir=root))
+        except OSError as exc:
+            info = verdict.RunInfo("process", started, time.monotonic() - clock)
+            return verdict.sandbox_error(job, f"cannot create a workdir under {root}: {exc}", info)
+        try:
+            return self._run_in(job, job_dir, started, clock)
+        finally:
+            if not self.config.keep_workdir:
+                shutil.rmtree(job_dir, ignore_errors=True)
+
+    def run_many(self, jobs: Sequence[EvalJob], workers: int = 1,
+                 on_result: Callable[[int, EvalResult], None] | None = None) -> list[EvalResult]:
+        from agentforge.sandbox.pool import run_pool
+
+        return run_pool(self.run, jobs, self.config, workers, on_result)
+
+    def _run_in(self, job: EvalJob, job_dir: Path, started: str, clock: float) -> EvalResult:
+        cfg = self.config
+        workdir = job_dir / "work"
+        (workdir / "tmp").mkdir(parents=True)
+        cache = str(Path(cfg.cache_dir).expanduser().resolve())
+        python = cfg.python or sys.executable
+        plan = isolation.plan(cfg.isolation, str(workdir), cache,
+                              isolation.child_paths(python, cfg.python_paths), cfg.sandbox_uid,
+                              fallback_cache=str(Path(cfg.workdir_root) / f"cache-{cfg.sandbox_uid}"))
+        if plan.drop_to_uid is not None:
+            for path in (workdir, workdir / "tmp"):
+                os.chown(path, plan.drop_to_uid, plan.drop_to_uid)
+            job_dir.chmod(0o711)
+        _prepare_cache(plan.cache_dir, plan.drop_to_uid)
+        request = ChildRequest(entry=cfg.entry, job=dataclasses.replace(job, cache_dir=plan.cache_dir),
+                               workdir=str(workdir), limits=limits_for(cfg, job),
+                               drop_to_uid=plan.drop_to_uid, mounts=plan.mounts,
+                               torch_switches=cfg.torch_switches)
+        with open(job_dir / "stdout.txt", "w+b") as out, open(job_dir / "stderr.txt", "w+b") as err:
+            def info() -> verdict.RunInfo:
+                return verdict.RunInfo(plan.description, started, time.monotonic() - clock)
+
+            try:
+                outcome, returncode, nonce = self._spawn_and_wait(request, plan, python, out, err)
+            except OSError as exc:
+                return verdict.sandbox_error(job, f"could not start the child: {exc}", info())
+            return self._verdict(job, outcome, returncode, nonce, plan, _tail(err), info())
+
+    def _spawn_and_wait(self, request: ChildRequest, plan: isolation.IsolationPlan, python: str,
+                        out: BinaryIO, err: BinaryIO) -> tuple[_Outcome, int, bytes]:
+        cfg = self.config
+        nonce = channel.new_nonce()
+        req_r, req_w = os.pipe()
+        res_r, res_w = os.pipe()
+        argv = [*plan.prefix, python, "-P", "-m", "agentforge.sandbox.child",
+                "--request-fd", str(req_r), "--result-fd", str(res_w)]
+        try:
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, pass_fds=(req_r, res_w),
+                start_new_session=True, cwd=request.workdir,
+                env=child_env(cfg, request.workdir, plan.cache_dir),
+            )
+        except OSError:
+            for fd in (req_r, req_w, res_r, res_w):
+                os.close(fd)
+            raise
+        os.close(req_r)
+        os.close(res_w)
+        frame = channel.encode_frame(request.to_json().encode(), nonce)
+        threading.Thread(target=_write_and_close, args=(req_w, frame), daemon=True).start()
+        tree = ProcessTree(proc.pid)
+        try:
+            outcome = _wait(proc, res_r, tree, cfg)
+        finally:
+            tree.kill(proc.pid, cfg.kill_grace_s, reap=proc.poll)
+            proc.wait()
+            os.close(res_r)
+        return outcome, proc.returncode, nonce
+
+    def _verdict(self, job: EvalJob, outcome: _Outcome, returncode: int, nonce: bytes,
+                 plan: isolation.IsolationPlan, stderr_tail: str, info: verdict.RunInfo) -> EvalResult:
+        parsed, problem = _parse(outcome, nonce, job)
+        if parsed is not None:
+            prov = dataclasses.replace(parsed.provenance, sandbox=plan.description)
+            return dataclasses.replace(parsed, provenance=prov)
+        if outcome.timed_out:
+            return verdict.timeout(job, self.config.timeout_s, stderr_tail, info)
+        if outcome.rss_killed:
+            return verdict.memory_limit(job, outcome.rss_killed, self.config.memory_gb, stderr_tail, info)
+        return verdict.crashed(job, returncode, plan.mode == "bwrap", problem, stderr_tail, info)
+
+
+def _write_and_close(fd: int, data: bytes) -> None:
+    try:
+        channel.write_all(fd, data)
+    except OSError:
+        pass  # the child died before reading its request; the wait loop reports how
+    finally:
+        os.close(fd)
+
+
+def _parse(outcome: _Outcome, nonce: bytes, job: EvalJob) -> tuple[EvalResult | None, str]:
+    """The child's EvalResult, or None and why not."""
+    if outcome.overflow:
+        return None, "result channel overflowed"
+    if not outcome.data:
+        return None, "no result on the private channel"
+    try:
+        result = EvalResult.from_json(channel.decode_frame(outcome.data, nonce).decode())
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError) as exc:
+        return None, f"unreadable result on the private channel ({type(exc).__name__}: {exc})"
+    if result.task_name != job.task_name or result.candidate_hash != code_hash(job.candidate_source):
+        return None, "the result names another task or candidate"
+    return result, ""
+
+
+def _wait(proc: subprocess.Popen[bytes], res_r: int, tree: ProcessTree, cfg: SandboxConfig) -> _Outcome:
+    """Read the result channel until the child exits, the budget runs out or memory overflows."""
+    outcome = _Outcome()
+    chunks: list[bytes] = []
+    size, limit = 0, channel.HEADER_BYTES + channel.MAX_FRAME_BYTES
+    os.set_blocking(res_r, False)
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except OSError:
+        pidfd = None
+    deadline = time.monotonic() + cfg.timeout_s
+    next_check = time.monotonic()
+    channel_open = True
+    rss_limit = cfg.memory_gb * 2**30
+    try:
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                outcome.timed_out = True
+                break
+            if now >= next_check:
+                next_check = now + WATCHDOG_PERIOD_S
+                rss = tree.rss_bytes()
+                if rss > rss_limit:
+                    outcome.rss_killed = rss
+                    break
+            waits = ([res_r] if channel_open else []) + ([pidfd] if pidfd is not None else [])
+            timeout = max(0.0, min(deadline, next_check) - now)
+            if pidfd is None:
+                timeout = min(timeout, 0.05)
+            ready, _, _ = select.select(waits, [], [], timeout)
+            if res_r in ready:
+                channel_open, got = _read_some(res_r)
+                chunks.append(got)
+                size += len(got)
+                if size > limit:
+                    outcome.overflow = True
+                    break
+            if proc.poll() is not None:
+                chunks.append(_drain(res_r) if channel_open else b"")
+                break
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+    outcome.data = b"".join(chunks)
+    return outcome
+
+
+def _read_some(fd: int) -> tuple[bool, bytes]:
+    """(still open, bytes read) from a non-blocking fd."""
+    try:
+        data = os.read(fd, 1 << 20)
+    except BlockingIOError:
+        return True, b""
+    return bool(data), data
+
+
+def _drain(fd: int) -> bytes:
+    """What is left in the pipe after the child exited; stops at EOF, or when nothing more comes
+    (a surviving grandchild may hold the write end open)."""
+    chunks = []
+    deadline = time.monotonic() + DRAIN_S
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        still_open, data = _read_some(fd)
+        chunks.append(data)
+        if not still_open:
+            break
+    return b"".join(chunks)

@@ -1,0 +1,102 @@
+"""EvalResults for evaluations that produced no result of their own: timeouts and crashes.
+
+Classification is by what the parent observed (the wait status, its own watchdog, the frame
+parser), never by reading text the candidate could have printed; the stderr tail is kept as
+evidence only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import socket
+
+from agentforge.evaluator.result import ErrorRecord, EvalJob, EvalProvenance, EvalResult, Stage, Status
+
+from agentforge.candidate import code_hash
+
+# Error types by the signal that ended the child.
+SIGNAL_TYPES = {
+    signal.SIGSEGV: "Segfault",
+    signal.SIGBUS: "BusError",
+    signal.SIGABRT: "Abort",
+    signal.SIGFPE: "FloatingPointError",
+    signal.SIGILL: "IllegalInstruction",
+    signal.SIGXCPU: "CpuLimit",
+    signal.SIGXFSZ: "FileSizeLimit",
+    signal.SIGKILL: "Killed",
+}
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"SIG{signum}"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunInfo:
+    """What the parent knows about one run, stamped into the result."""
+
+    sandbox: str
+    started_at: str
+    duration_s: float
+
+
+def provenance(job: EvalJob, info: RunInfo) -> EvalProvenance:
+    return EvalProvenance(track=job.track, host=socket.gethostname(), started_at=info.started_at,
+                          duration_s=info.duration_s, sandbox=info.sandbox)
+
+
+def failure(job: EvalJob, status: Status, error: ErrorRecord, info: RunInfo) -> EvalResult:
+    return EvalResult(
+        task_name=job.task_name, candidate_hash=code_hash(job.candidate_source), backend=job.backend,
+        status=status, stage=Stage.SANDBOX, error=error, provenance=provenance(job, info),
+        candidate_meta=dict(job.candidate_meta),
+    )
+
+
+def timeout(job: EvalJob, budget_s: float, stderr_tail: str, info: RunInfo) -> EvalResult:
+    error = ErrorRecord(type="Timeout", message=f"wall-clock budget of {budget_s:g} s ran out",
+                        stderr_tail=stderr_tail)
+    return failure(job, Status.TIMEOUT, error, info)
+
+
+def memory_limit(job: EvalJob, rss_bytes: int, limit_gb: float, stderr_tail: str,
+                 info: RunInfo) -> EvalResult:
+    message = (f"the watchdog killed the child: resident memory {rss_bytes / 2**30:.2f} GiB "
+               f"exceeded the {limit_gb:g} GiB limit")
+    error = ErrorRecord(type="MemoryLimit", message=message, signal=int(signal.SIGKILL),
+                        stderr_tail=stderr_tail)
+    return failure(job, Status.CRASH, error, info)
+
+
+def exit_signal(returncode: int, wrapped_by_bwrap: bool) -> int | None:
+    """The signal that ended the child, from Popen's returncode (bwrap reports 128 + signal)."""
+    if returncode < 0:
+        return -returncode
+    if wrapped_by_bwrap and 128 < returncode <= 128 + 64:
+        return returncode - 128
+    return None
+
+
+def crashed(job: EvalJob, returncode: int, wrapped_by_bwrap: bool, reason: str, stderr_tail: str,
+            info: RunInfo) -> EvalResult:
+    """The child ended without a valid result: by a signal, or exiting with `reason`."""
+    signum = exit_signal(returncode, wrapped_by_bwrap)
+    if signum is not None:
+        name = signal_name(signum)
+        error = ErrorRecord(
+            type=SIGNAL_TYPES.get(signum, "Signal"), message=f"child killed by signal {signum} ({name})",
+            signal=signum, exit_code=returncode, stderr_tail=stderr_tail,
+        )
+    else:
+        error = ErrorRecord(type="NoResult", message=f"child exited with code {returncode}: {reason}",
+                            exit_code=returncode, stderr_tail=stderr_tail)
+    return failure(job, Status.CRASH, error, info)
+
+
+def sandbox_error(job: EvalJob, message: str, info: RunInfo) -> EvalResult:
+    """The sandbox itself could not run the child (spawn failed, workdir unusable)."""
+    return failure(job, Status.CRASH, ErrorRecord(type="SandboxError", message=message), info)
