@@ -53,6 +53,16 @@ class Candidate:
         )
 
 
+def guess_backend(source: str) -> str:
+    """The backend a candidate's source targets: Triton, CUDA (load_inline with cuda_sources,
+    CuPy, `__global__`), else the CPU."""
+    if "@triton.jit" in source or "import triton" in source:
+        return "triton"
+    if "cuda_sources" in source or "__global__" in source or "import cupy" in source:
+        return "cuda"
+    return "cpu"
+
+
 def code_hash(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()[:16]
 

@@ -102,9 +102,9 @@ def apply_params(source: str, params: dict[str, Any]) -> str:
 def _current_values(source: str, names: list[str]) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for node in ast.parse(source).body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            if node.targets[0].id in names:
-                values[node.targets[0].id] = ast.literal_eval(node.value)
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id in names):
+            values[node.targets[0].id] = ast.literal_eval(node.value)
     return values
 
 

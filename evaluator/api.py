@@ -7,6 +7,7 @@ here; nobody times, checks or compiles a kernel anywhere else.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from agentforge.evaluator.result import CorrectnessConfig, EvalJob, EvalResult, Measure, TimingConfig
@@ -49,7 +50,8 @@ def evaluate(job: EvalJob, sandbox: SandboxConfig | None = None) -> EvalResult:
     """One job in an isolated child process. Never raises for anything the candidate does."""
     from agentforge import sandbox as sandbox_pkg
 
-    return sandbox_pkg.run(job, sandbox)
+    config = sandbox or sandbox_pkg.SandboxConfig()
+    return sandbox_pkg.run(_with_cache(job, config), config)
 
 
 def evaluate_many(
@@ -59,6 +61,11 @@ def evaluate_many(
     """Many jobs, results in input order; on CUDA no two timings share a GPU at once."""
     from agentforge import sandbox as sandbox_pkg
 
-    if sandbox is not None and sandbox.kind != "process":
-        return sandbox_pkg.get_backend(sandbox.kind)(sandbox).run_many(jobs, on_result=on_result)
-    return sandbox_pkg.run_many(jobs, sandbox, workers=workers, on_result=on_result)
+    config = sandbox or sandbox_pkg.SandboxConfig()
+    jobs = [_with_cache(job, config) for job in jobs]
+    return sandbox_pkg.run_many(jobs, config, workers=workers, on_result=on_result)
+
+
+def _with_cache(job: EvalJob, config: SandboxConfig) -> EvalJob:
+    """The child builds into the cache folder the sandbox mounts writable."""
+    return job if job.cache_dir else replace(job, cache_dir=config.cache_dir)

@@ -45,20 +45,25 @@ def _arch_flags(arch: str) -> list[str]:
     return [f"-gencode=arch=compute_{number},code=sm_{number}"]
 
 
-def compile_cuda_source(source: str, name: str, arch: str, extra_flags: list[str]) -> tuple[bool, str, Path]:
-    """nvcc -cubin of one translation unit (cached). Returns (ok, log, cubin path)."""
+def compile_cuda_source(source: str, name: str, arch: str, extra_flags: list[str], torch_headers: bool = True,
+                        ) -> tuple[bool, str, Path]:
+    """nvcc -cubin of one translation unit (cached). Returns (ok, log, cubin path).
+
+    `torch_headers=False` is the lean path: a kernel source that needs no `torch/extension.h`
+    compiles in about a second instead of tens of seconds."""
     nvcc = find_nvcc()
     if nvcc is None:
         raise BuildError("nvcc is not installed: no compile-only verdict possible", log="")
     flags = [*NVCC_FLAGS, *_arch_flags(arch), *extra_flags]
     _check_flags(flags)
-    key = build_cache.build_key("nvcc-cubin", [source], flags, nvcc)
+    includes = _torch_includes() if torch_headers else []
+    key = build_cache.build_key("nvcc-cubin", [source, *includes], flags, nvcc)
     target = build_cache.entry("nvcc-cubin", key)
     if target.ready:
         return True, (target.folder / "build.log").read_text(), target.folder / f"{name}.cubin"
     staging = build_cache.staging_dir("nvcc-cubin")
     (staging / f"{name}.cu").write_text(source)
-    command = [nvcc, "-cubin", *flags, *_torch_includes(), f"{name}.cu", "-o", f"{name}.cubin"]
+    command = [nvcc, "-cubin", *flags, *includes, f"{name}.cu", "-o", f"{name}.cubin"]
     proc = subprocess.run(command, cwd=staging, capture_output=True, text=True, timeout=900)
     log = f"$ {' '.join(os.path.basename(c) if i == 0 else c for i, c in enumerate(command))}\n"
     log += proc.stdout + proc.stderr
@@ -91,13 +96,32 @@ def make_capture(arch: str):
     return capture_load_inline
 
 
+def make_lean_capture(arch: str):
+    """A `native.load_cuda` stand-in for machines without a GPU: compile, then stop."""
+
+    def capture_load_cuda(name: str, source: str, arch_override: str | None = None,
+                          extra_cuda_cflags: Any = (), **_: Any) -> Any:
+        started = time.perf_counter()
+        ok, log, cubin = compile_cuda_source(source, name, arch_override or arch, list(extra_cuda_cflags),
+                                             torch_headers=False)
+        BUILD_EVENTS.append(BuildEvent("compile-only-nvcc", name, ok, time.perf_counter() - started, False, log,
+                                       {"cuda": source, "cubin": str(cubin)}, (arch,)))
+        if not ok:
+            raise BuildError(f"nvcc failed to compile {name} for {arch}", log)
+        raise CompileOnlyStop(name)
+
+    return capture_load_cuda
+
+
 @contextlib.contextmanager
 def capture_redirected(arch: str) -> Iterator[None]:
+    from agentforge.evaluator import native
     from torch.utils import cpp_extension
 
-    original = cpp_extension.load_inline
+    originals = cpp_extension.load_inline, native.load_cuda
     cpp_extension.load_inline = make_capture(arch)
+    native.load_cuda = make_lean_capture(arch)
     try:
         yield
     finally:
-        cpp_extension.load_inline = original
+        cpp_extension.load_inline, native.load_cuda = originals

@@ -10,6 +10,10 @@ evaluator's build stage:
   behaviour, keyed by a hash of sources and flags so a kernel is never built twice. The sandbox
   child swaps it in for torch's while a candidate module executes.
 
+* `load_cuda(name, source)`: the lean CUDA path. A kernel source without torch headers,
+  compiled by nvcc to a cubin for the local GPU (about a second; cached) and loaded with CuPy's
+  `RawModule`; the candidate launches it on torch's current stream with `data_ptr()`s.
+
 Build errors raise `BuildError` carrying the compiler's log.
 """
 
@@ -95,6 +99,30 @@ def load_cpp(
     return ctypes.CDLL(str(library))
 
 
+def device_arch() -> str:
+    """sm_XY of the current CUDA device, with Hopper's `a` suffix (wgmma, TMA need it)."""
+    import torch
+
+    major, minor = torch.cuda.get_device_capability()
+    return f"sm_{major}{minor}{'a' if major >= 9 else ''}"
+
+
+def load_cuda(name: str, source: str, arch_override: str | None = None, extra_cuda_cflags: Sequence[str] = ()) -> Any:
+    """Compile a CUDA source (no torch headers) to a cubin, cached, and load it with CuPy."""
+    from agentforge.evaluator.compile_only import compile_cuda_source
+
+    started = time.perf_counter()
+    arch = arch_override or device_arch()
+    ok, log, cubin = compile_cuda_source(source, name, arch, list(extra_cuda_cflags), torch_headers=False)
+    BUILD_EVENTS.append(BuildEvent("lean-nvcc", name, ok, time.perf_counter() - started, False, log,
+                                   {"cuda": source, "cubin": str(cubin)}, (arch,)))
+    if not ok:
+        raise BuildError(f"nvcc failed to compile {name} for {arch}", log)
+    import cupy
+
+    return cupy.RawModule(path=str(cubin))
+
+
 def cached_load_inline(name: str, cpp_sources: Any = (), cuda_sources: Any = (), functions: Any = None,
                        extra_cflags: Any = None, extra_cuda_cflags: Any = None, extra_ldflags: Any = None,
                        extra_include_paths: Any = None, build_directory: Any = None, verbose: bool = False,
@@ -163,22 +191,21 @@ def _captured_build_output() -> Iterator[_Captured]:
     import sys
     import tempfile
 
-    handle = tempfile.NamedTemporaryFile(prefix="build-", suffix=".log", delete=False)
-    saved = os.dup(1), os.dup(2)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.dup2(handle.fileno(), 1)
-    os.dup2(handle.fileno(), 2)
-    try:
-        yield _Captured(Path(handle.name))
-    finally:
+    with tempfile.NamedTemporaryFile(prefix="build-", suffix=".log", delete=False) as handle:
+        saved = os.dup(1), os.dup(2)
         sys.stdout.flush()
         sys.stderr.flush()
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        os.close(saved[0])
-        os.close(saved[1])
-        handle.close()
+        os.dup2(handle.fileno(), 1)
+        os.dup2(handle.fileno(), 2)
+        try:
+            yield _Captured(Path(handle.name))
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import torch
-from agentforge.evaluator import device_state, integrity, roofline_stage
+from agentforge.evaluator import build_cache, device_state, integrity, roofline_stage
 from agentforge.evaluator.guards import ConcurrencyWatch, TamperSnapshot
 from agentforge.evaluator.loading import load_candidate
 from agentforge.evaluator.result import (
@@ -67,6 +67,7 @@ def track_settings(job: EvalJob) -> tuple[TimingConfig, CorrectnessConfig]:
 
 def run_pipeline(job: EvalJob) -> EvalResult:
     ctx = Context(job)
+    build_cache.set_cache_root(job.cache_dir)
     try:
         return _run(ctx)
     except Exception as exc:

@@ -20,7 +20,7 @@ EVALUATOR_VERSION = "0.1.0"
 T = TypeVar("T")
 
 
-class Status(str, enum.Enum):
+class Status(enum.StrEnum):
     """The one verdict. Ordered roughly by how far the candidate got."""
 
     OK = "ok"
@@ -32,7 +32,7 @@ class Status(str, enum.Enum):
     CRASH = "crash"
 
 
-class Stage(str, enum.Enum):
+class Stage(enum.StrEnum):
     """How far the evaluation got; the stage a failure is reported at."""
 
     SANDBOX = "sandbox"

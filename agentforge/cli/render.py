@@ -1,0 +1,67 @@
+"""Rendering an EvalResult for a person (rich); rounding happens here and only here."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from agentforge.evaluator.result import EvalResult
+
+_STATUS_STYLE = {"ok": "green", "mismatch": "yellow", "integrity_flag": "red", "compile_error": "red",
+                 "runtime_error": "red", "timeout": "magenta", "crash": "magenta"}
+
+
+def render_result(console: Console, result: EvalResult) -> None:
+    style = _STATUS_STYLE.get(result.status.value, "white")
+    verdict = "ACCEPTED" if result.accepted else "not accepted"
+    console.print(f"[bold]{result.task_name}[/bold] [{result.backend}]  "
+                  f"[{style}]{result.status.value}[/{style}] at {result.stage.value}: {verdict}")
+    if result.compile is not None:
+        c = result.compile
+        console.print(f"build: {'ok' if c.ok else 'FAILED'} via {c.path} in {c.seconds:.2f} s"
+                      f"{' (cached)' if c.cached else ''}{f' for {c.arch}' if c.arch else ''}")
+        for k in c.resources:
+            console.print(f"  {k.name}: {k.registers} regs, {k.shared_bytes} B smem, {k.stack_bytes} B stack, "
+                          f"{k.spill_store_bytes}/{k.spill_load_bytes} B spill st/ld")
+    if result.correctness:
+        table = Table("shape", "seed", "ok", "max abs err", "max rel err", "check", title="correctness")
+        for r in result.correctness:
+            table.add_row(r.shape, str(r.seed), "yes" if r.passed else "[red]no[/red]", _num(r.max_abs_err),
+                          _num(r.max_rel_err), r.failed_check or "")
+        console.print(table)
+    for f in result.flags:
+        color = "red" if f.severity == "reject" else "yellow"
+        console.print(f"[{color}]flag {f.rule}[/{color}] ({f.severity}): {f.evidence}")
+    if result.timing is not None:
+        t = result.timing
+        table = Table("subject", "median us", "mean us", "stdev us", "n", "rel stderr",
+                      title=f"timing on '{t.shape}' ({t.method}, L2 flushed: {t.l2_flushed})")
+        for name, s in [("candidate", t.candidate), *t.baselines.items()]:
+            table.add_row(name, f"{s.median_us:.2f}", f"{s.mean_us:.2f}", f"{s.stdev_us:.2f}", str(s.n),
+                          f"{100 * s.rel_stderr:.2f} %")
+        console.print(table)
+        for note in t.notes:
+            console.print(f"[yellow]note:[/yellow] {note}")
+    if result.speedup is not None:
+        line = f"speedup: {result.speedup:.2f}x vs eager"
+        if result.speedup_vs_compile is not None:
+            line += f", {result.speedup_vs_compile:.2f}x vs best torch.compile"
+        console.print(f"[bold]{line}[/bold]")
+    if result.roofline is not None and result.roofline.floor_us:
+        r = result.roofline
+        console.print(f"roofline: floor {r.floor_us:.2f} us, {r.label}, SoL {100 * (r.sol_fraction or 0):.1f} %")
+    if result.profile is not None and not result.profile.available:
+        console.print(f"profile: unavailable ({result.profile.reason})")
+    if result.error is not None:
+        console.print(f"[red]{result.error.type}[/red]: {result.error.message}")
+        tail = result.error.stderr_tail or result.error.traceback_tail
+        if tail:
+            console.print(tail[-1500:], markup=False, highlight=False)
+    prov = result.provenance
+    device = prov.device.name if prov.device else "?"
+    console.print(f"[dim]track {prov.track}, {device}, torch {prov.versions.get('torch')}, "
+                  f"{prov.duration_s:.1f} s, sandbox {prov.sandbox or 'in-process'}[/dim]")
+
+
+def _num(value: float | None) -> str:
+    return "" if value is None else f"{value:.3g}"
