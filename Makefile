@@ -1,0 +1,38 @@
+# Two commands a new user needs: `make demo` (the main job) and `make test` (the suite).
+# Each creates its own virtual environment when it is missing.
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# With a GPU, PyPI's default torch (a CUDA build); without one, the pinned CPU build. Elsewhere
+# on a CPU-only machine, add TORCH_ARGS="--index-url https://download.pytorch.org/whl/cpu".
+TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo "torch>=2.4" || echo "torch==2.13.0")
+TORCH_ARGS ?=
+PYTEST_ARGS ?=
+DEMO_TASK ?= level1/softmax
+
+.PHONY: setup system-deps test lint demo clean
+
+$(VENV)/.installed: pyproject.toml setup.py
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q $(TORCH_SPEC) $(TORCH_ARGS)
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+# Optional system tools some tests use (bubblewrap for the sandbox, PostgreSQL for the store);
+# installed when we are root with apt, otherwise those tests skip and say why.
+system-deps:
+	@bash scripts/system-deps.sh
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+test: setup system-deps lint
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+demo: setup
+	$(VENV)/bin/agentforge optimize $(DEMO_TASK) --provider library --max-rounds 4
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache
