@@ -1,0 +1,227 @@
+"""`agentforge leaderboard`: rank entries on suites (run, eval, show, report)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from agentforge.cli.common import build_settings, console, err_console
+
+SUITE_HELP = "tasks | tasks:level1,level2 | level1 | kernelbench:PATH[:level1] | a .toml list of tasks"
+HOLDOUT_HELP = ("TOML file with the secret seed and shapes of a ranked run (keep it where candidates "
+                "cannot read it)")
+TRACK_HELP = "evaluation track(s): hardened, kernelbench (repeat the option for both; default both)"
+RAY_HELP = "run evaluations on Ray: 'auto' joins the running cluster, or give an address; 'local' starts one"
+CONFIG_HELP = "settings file (default agentforge.toml)"
+URL_HELP = "SQLAlchemy URL of the results store (default sqlite:///results/agentforge.db)"
+
+
+def register(app: typer.Typer) -> None:
+    board = typer.Typer(help="Rank entries on suites: run, eval, show, report.", no_args_is_help=True)
+    board.command("run")(run_cmd)
+    board.command("eval")(eval_cmd)
+    board.command("show")(show_cmd)
+    board.command("report")(report_cmd)
+    app.add_typer(board, name="leaderboard")
+
+
+def run_cmd(
+    suite: str = typer.Option(..., "--suite", help=SUITE_HELP),
+    provider: str | None = typer.Option(None, "--provider", help="LLM provider"),
+    model: str | None = typer.Option(None, "--model", help="coder model"),
+    name: str | None = typer.Option(None, "--name", help="entry name (default PROVIDER/MODEL)"),
+    workers: int | None = typer.Option(None, "--workers", help="tasks optimised at once"),
+    ray: str | None = typer.Option(None, "--ray", help=RAY_HELP),
+    track: list[str] | None = typer.Option(None, "--track", help=TRACK_HELP),
+    holdout: Path | None = typer.Option(None, "--holdout", help=HOLDOUT_HELP),
+    results_url: str | None = typer.Option(None, "--results-url", help=URL_HELP),
+    config: str | None = typer.Option(None, "--config", help=CONFIG_HELP),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bars"),
+) -> None:
+    """One optimisation run per task of SUITE, in parallel; each task's best kernel is then
+    ranked on the tracks. Finished tasks are skipped when the same run is started again."""
+    from agentforge.leaderboard.runner import run_suite
+
+    settings = build_settings(config, results_url=results_url, provider__name=provider, provider__model=model,
+                              sandbox__workers=workers, sandbox__ray_address=_ray_address(ray))
+    entry = name or f"{settings.provider.name}/{settings.provider.model or 'default'}"
+    suite_obj, held, options, store, executor = _prepare(settings, suite, holdout, track, ray)
+    with store:
+        report = run_suite(suite_obj, store=store, entry=entry, optimizer=_optimizer(settings), options=options,
+                           executor=executor, holdout=held, workers=settings.sandbox.workers, progress=progress,
+                           provider=settings.provider.name, model=settings.provider.model)
+        _summary(report, entry)
+        _print_standings(store, suite_obj.name, None)
+
+
+def eval_cmd(
+    kernels_dir: Path = typer.Argument(..., help="kernels laid out as KernelBench's runs"),
+    suite: str = typer.Option(..., "--suite", help=SUITE_HELP),
+    name: str | None = typer.Option(None, "--name", help="entry name (default: the folder's name)"),
+    workers: int | None = typer.Option(None, "--workers", help="evaluations at once (one per GPU on CUDA)"),
+    ray: str | None = typer.Option(None, "--ray", help=RAY_HELP),
+    track: list[str] | None = typer.Option(None, "--track", help=TRACK_HELP),
+    holdout: Path | None = typer.Option(None, "--holdout", help=HOLDOUT_HELP),
+    backend: str | None = typer.Option(None, "--backend", help="cpu, cuda, triton, or auto (from each source)"),
+    device: str | None = typer.Option(None, "--device", help="cpu, cuda, cuda:N, or auto"),
+    results_url: str | None = typer.Option(None, "--results-url", help=URL_HELP),
+    config: str | None = typer.Option(None, "--config", help=CONFIG_HELP),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bars"),
+) -> None:
+    """Score kernels produced elsewhere (level_L_problem_P_sample_S_kernel.py, or
+    levelL/PROBLEM/sample_S/kernel.py) on the hardened and KernelBench-compatible tracks."""
+    from agentforge.leaderboard.runner import eval_kernels
+
+    settings = build_settings(config, results_url=results_url, sandbox__workers=workers,
+                              sandbox__ray_address=_ray_address(ray), eval__backend=backend, eval__device=device)
+    entry = name or kernels_dir.resolve().name
+    suite_obj, held, options, store, executor = _prepare(settings, suite, holdout, track, ray)
+    with store:
+        try:
+            report = eval_kernels(suite_obj, kernels_dir, store=store, entry=entry, options=options,
+                                  executor=executor, holdout=held, progress=progress)
+        except FileNotFoundError as exc:
+            err_console.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(2) from exc
+        _summary(report, entry)
+        _print_standings(store, suite_obj.name, None)
+
+
+def show_cmd(
+    suite: str | None = typer.Option(None, "--suite", help="only this suite (its name as stored)"),
+    track: str | None = typer.Option(None, "--track", help="only this track"),
+    results_url: str | None = typer.Option(None, "--results-url", help=URL_HELP),
+    config: str | None = typer.Option(None, "--config", help=CONFIG_HELP),
+) -> None:
+    """The standings, one sorted table per suite and track."""
+    from agentforge.store import ResultsStore
+
+    settings = build_settings(config, results_url=results_url)
+    with ResultsStore(settings.results_url) as store:
+        if not _print_standings(store, suite, track):
+            err_console.print("no leaderboard results yet (run `agentforge leaderboard eval` or `run`)")
+            raise typer.Exit(1)
+
+
+def report_cmd(
+    out: Path = typer.Option(Path("results/leaderboard"), "--out", help="folder for the report and plots"),
+    fmt: str = typer.Option("md", "--format", help="md or html"),
+    suite: str | None = typer.Option(None, "--suite", help="only this suite"),
+    track: str | None = typer.Option(None, "--track", help="only this track"),
+    results_url: str | None = typer.Option(None, "--results-url", help=URL_HELP),
+    config: str | None = typer.Option(None, "--config", help=CONFIG_HELP),
+) -> None:
+    """Write a Markdown or HTML report with plots (speedups per level, fast_p curve, per-task bars)."""
+    from agentforge.leaderboard.board import standings
+    from agentforge.leaderboard.report import FORMATS, write_report
+    from agentforge.store import ResultsStore
+
+    if fmt not in FORMATS:
+        err_console.print(f"[red]error:[/red] --format must be one of {', '.join(FORMATS)}")
+        raise typer.Exit(2)
+    settings = build_settings(config, results_url=results_url)
+    with ResultsStore(settings.results_url) as store:
+        found = standings(store, suite=suite, track=track)
+    if not found:
+        err_console.print("no leaderboard results to report")
+        raise typer.Exit(1)
+    console.print(f"wrote {write_report(found, out, fmt)}")
+
+
+# ----- shared -----------------------------------------------------------------------------
+def _ray_address(ray: str | None) -> str | None:
+    return None if ray in (None, "local") else ray
+
+
+def _prepare(settings: Any, suite: str, holdout: Path | None, tracks: list[str] | None, ray: str | None):
+    """Suite, hold-out, job options, store and executor from settings; bad input exits 2."""
+    from agentforge.evaluator.result import TRACKS
+    from agentforge.leaderboard.executors import make_executor
+    from agentforge.leaderboard.runner import JobOptions
+    from agentforge.leaderboard.suites import SuiteError, load_holdout, load_suite
+    from agentforge.sandbox.config import from_settings
+    from agentforge.store import ResultsStore
+    from agentforge.task import default_tasks_root
+
+    chosen = tuple(tracks or TRACKS)
+    unknown = [t for t in chosen if t not in TRACKS]
+    if unknown:
+        err_console.print(f"[red]error:[/red] unknown track(s) {unknown}; choose from {', '.join(TRACKS)}")
+        raise typer.Exit(2)
+    try:
+        suite_obj = load_suite(suite, Path(settings.tasks_root) if settings.tasks_root else default_tasks_root())
+        held = load_holdout(holdout)
+    except SuiteError as exc:
+        err_console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    device = settings.eval.device
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    backend = "detect" if settings.eval.backend == "auto" else settings.eval.backend
+    options = JobOptions(backend=backend, device=device, tracks=chosen,
+                         cache_dir=str(Path(settings.cache_dir).expanduser()))
+    sandbox = from_settings(settings.sandbox, settings.cache_dir)
+    kind = "ray" if ray is not None or settings.sandbox.kind == "ray" else "process"
+    executor = make_executor(kind, sandbox, workers=settings.sandbox.workers,
+                             ray_address=settings.sandbox.ray_address)
+    return suite_obj, held, options, ResultsStore(settings.results_url), executor
+
+
+def _optimizer(settings: Any):
+    """One optimisation run per task through the agent loop (imported only when used)."""
+    from agentforge.leaderboard.runner import OptimizeOutcome
+
+    def optimise(task) -> OptimizeOutcome:
+        from agentforge.agent.run import optimize
+
+        summary = optimize(str(task.path), settings)
+        return outcome_from_summary(summary)
+
+    return optimise
+
+
+def outcome_from_summary(summary: Any):
+    """The leaderboard's view of the agent's RunSummary."""
+    from agentforge.leaderboard.runner import OptimizeOutcome
+
+    usage = getattr(summary, "usage", None) or {}
+    return OptimizeOutcome(
+        best_source=getattr(summary, "best_source", None),
+        status="done",
+        cost_usd=float(usage.get("cost_usd", 0.0)),
+        tokens=int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0)),
+        minutes=float(getattr(summary, "elapsed_s", 0.0)) / 60.0,
+        summary={"stop_reason": getattr(summary, "stop_reason", None)},
+    )
+
+
+def _summary(report: Any, entry: str) -> None:
+    console.print(f"[bold]{entry}[/bold]: {report.planned} jobs, {report.skipped} already stored, "
+                  f"{report.stored} stored now")
+    for path in report.unmatched:
+        err_console.print(f"[yellow]skipped[/yellow] {path}: no such problem in the suite")
+
+
+def _print_standings(store: Any, suite: str | None, track: str | None) -> bool:
+    from rich.table import Table
+
+    from agentforge.leaderboard.board import standings
+    from agentforge.leaderboard.report import COLUMNS, table_rows
+
+    found = standings(store, suite=suite, track=track)
+    groups: dict[tuple[str, str], list] = {}
+    for s in found:
+        groups.setdefault((s.suite, s.track), []).append(s)
+    for (suite_name, track_name), group in groups.items():
+        n = group[0].metrics.n_tasks
+        table = Table(title=f"{suite_name} — {track_name} ({n} tasks)")
+        for key, title in COLUMNS:
+            table.add_column(title, justify="left" if key == "entry" else "right", no_wrap=key == "entry")
+        for row in table_rows(group):
+            table.add_row(*row)
+        console.print(table)
+    return bool(found)

@@ -1,0 +1,120 @@
+"""`leaderboard show` and `leaderboard report` over a populated store, through the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from agentforge.evaluator.result import (
+    CompileRecord,
+    CorrectnessRecord,
+    EvalResult,
+    Flag,
+    RooflineRecord,
+    Stage,
+    Status,
+    TimingRecord,
+    TimingStats,
+)
+from typer.testing import CliRunner
+
+from agentforge.cli import app
+from agentforge.leaderboard.board import standings
+from agentforge.leaderboard.report import write_report
+from agentforge.store import ResultsStore
+
+TASKS = [("level1/a", 1), ("level1/b", 1), ("level2/c", 2), ("level2/d", 2)]
+
+
+def _result(task: str, speedup: float | None, flags: tuple[Flag, ...] = ()) -> EvalResult:
+    def stats(us: float) -> TimingStats:
+        return TimingStats(us, us, 0.0, us, us, 1, 0.0)
+
+    ok = speedup is not None
+    return EvalResult(
+        task_name=task, candidate_hash=task, backend="cpu", status=Status.OK if ok else Status.MISMATCH,
+        stage=Stage.DONE, compile=CompileRecord(ok=True, backend="cpu"),
+        correctness=(CorrectnessRecord("default", 42, ok),), flags=flags,
+        timing=TimingRecord("default", "host-monotonic", stats(10.0),
+                            {"eager": stats(10.0 * speedup), "compile-max-autotune": stats(12.0)}) if ok else None,
+        roofline=RooflineRecord(1.0, 1.0, 1.0, 1.0, 0.3, "memory-bound"),
+    )
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'board.db'}"
+    with ResultsStore(url) as store:
+        store.register_suite("tasks", [(t, lv, None) for t, lv in TASKS])
+        entries = {
+            "fast": {"level1/a": 2.5, "level1/b": 1.3, "level2/c": 0.9},
+            "slow": {"level1/a": 1.1, "level1/b": None, "level2/d": 3.0},
+        }
+        for entry, speeds in entries.items():
+            store.ensure_entry(entry, kind="eval")
+            for task, speed in speeds.items():
+                for track in ("hardened", "kernelbench"):
+                    store.add_evaluation(f"{entry}{task}{track}", entry=entry, suite="tasks", task=task,
+                                         track=track, result=_result(task, speed))
+        store.ensure_entry("cheat", kind="eval")
+        store.add_evaluation("cheat", entry="cheat", suite="tasks", task="level1/a", track="hardened",
+                             result=_result("level1/a", 50.0, (Flag("torch_fallback", "aten::relu"),)))
+        store.record_run(entry="fast", suite="tasks", task="level1/a", status="done", cost_usd=0.4,
+                         tokens=2000, minutes=3.0)
+    return url
+
+
+def test_standings_are_ranked(url: str) -> None:
+    with ResultsStore(url) as store:
+        found = standings(store, track="hardened")
+    assert [s.entry for s in found] == ["fast", "slow", "cheat"]
+    fast = found[0].metrics
+    assert fast.fast_p[1.0] == pytest.approx(2 / 4) and fast.correctness_rate == pytest.approx(3 / 4)
+    assert fast.usd_per_task == pytest.approx(0.4)
+    cheat = found[2].metrics
+    assert cheat.correctness_rate == 0.0 and cheat.flag_rate == 1.0
+
+
+def test_show_prints_a_sorted_table(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentforge.cli import common
+
+    monkeypatch.setattr(common.console, "width", 250)
+    out = CliRunner().invoke(app, ["leaderboard", "show", "--results-url", url, "--track", "hardened"])
+    assert out.exit_code == 0, out.output
+    assert "tasks — hardened (4 tasks)" in out.output
+    assert out.output.index("fast") < out.output.index("slow") < out.output.index("cheat")
+    assert "kernelbench" not in out.output
+
+
+def test_show_on_an_empty_store(tmp_path: Path) -> None:
+    out = CliRunner().invoke(app, ["leaderboard", "show", "--results-url", f"sqlite:///{tmp_path / 'e.db'}"])
+    assert out.exit_code == 1 and "no leaderboard results" in out.output
+
+
+@pytest.mark.parametrize("fmt", ["md", "html"])
+def test_report_with_plots(url: str, tmp_path: Path, fmt: str) -> None:
+    out_dir = tmp_path / "report"
+    result = CliRunner().invoke(app, ["leaderboard", "report", "--results-url", url, "--format", fmt,
+                                      "--out", str(out_dir)])
+    assert result.exit_code == 0, result.output
+    text = (out_dir / f"report.{fmt}").read_text()
+    pngs = sorted((out_dir / "plots").glob("*.png"))
+    assert len(pngs) == 8  # four plots for each of two tracks
+    assert all(p.stat().st_size > 1000 and p.read_bytes()[:4] == b"\x89PNG" for p in pngs)
+    for png in pngs:
+        assert f"plots/{png.name}" in text
+    assert "fast_p" in text and "tasks — kernelbench" in text
+
+
+def test_report_rejects_unknown_format(url: str, tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["leaderboard", "report", "--results-url", url, "--format", "pdf"])
+    assert result.exit_code == 2
+    with pytest.raises(ValueError, match="md, html"):
+        write_report([], tmp_path, "pdf")
+
+
+def test_help_is_instant_and_lists_commands() -> None:
+    out = CliRunner().invoke(app, ["leaderboard", "--help"])
+    assert out.exit_code == 0
+    for command in ("run", "eval", "show", "report"):
+        assert command in out.output
