@@ -1,0 +1,1 @@
+"""The coder/judge optimisation loop (LangGraph): state, verdicts, prompts, nodes, wiring, runs."""

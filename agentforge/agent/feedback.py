@@ -1,0 +1,76 @@
+"""What the coder and the judge read about an evaluation: a compact text rendering of an
+EvalResult (status, compiler log, correctness, integrity flags, timings, roofline, profile)."""
+
+from __future__ import annotations
+
+from agentforge.evaluator.result import EvalResult
+
+
+def describe_result(result: EvalResult, max_log: int = 3000) -> str:
+    lines = [f"Status: {result.status.value} (stage {result.stage.value})"]
+    if result.compile is not None and (not result.compile.ok or result.compile.log_tail.strip()):
+        lines.append(f"Compiler ({result.compile.path or result.compile.backend}, "
+                     f"{'ok' if result.compile.ok else 'failed'}):\n{result.compile.log_tail[-max_log:]}")
+    for record in result.correctness:
+        if not record.passed:
+            lines.append(f"Correctness failed on shape {record.shape} (seed {record.seed}): "
+                         f"{record.failed_check}; max abs err {record.max_abs_err}, max rel err "
+                         f"{record.max_rel_err}. {record.message}")
+    for flag in result.flags:
+        lines.append(f"Integrity flag [{flag.severity}] {flag.rule}: {flag.evidence}")
+    if result.error is not None:
+        err = result.error
+        extra = f" (signal {err.signal})" if err.signal else ""
+        lines.append(f"Error {err.type}{extra}: {err.message}")
+        tail = err.traceback_tail or err.stderr_tail
+        if tail:
+            lines.append(tail[-max_log:])
+    if result.timing is not None:
+        t = result.timing
+        lines.append(f"Timing ({t.method}, shape {t.shape}): candidate {t.candidate.median_us:.2f} us median "
+                     f"(n={t.candidate.n}, rel. stderr {t.candidate.rel_stderr:.3f})")
+        for name, stats in sorted(t.baselines.items()):
+            lines.append(f"  baseline {name}: {stats.median_us:.2f} us")
+    if result.speedup is not None:
+        vs_compile = (f", {result.speedup_vs_compile:.2f}x vs torch.compile"
+                      if result.speedup_vs_compile is not None else "")
+        lines.append(f"Speedup: {result.speedup:.2f}x vs eager{vs_compile}")
+    lines.extend(_roofline_and_profile(result))
+    return "\n".join(lines)
+
+
+def _roofline_and_profile(result: EvalResult) -> list[str]:
+    rendered = _hardware_render(result)
+    if rendered is not None:
+        return [rendered]
+    lines: list[str] = []
+    roof = result.roofline
+    if roof is not None and roof.sol_fraction is not None:
+        lines.append(f"Roofline: {roof.label}, {roof.sol_fraction:.0%} of speed of light "
+                     f"(floor {roof.floor_us} us, intensity {roof.arithmetic_intensity})")
+    prof = result.profile
+    if prof is not None:
+        if not prof.available:
+            lines.append(f"Profile: unavailable ({prof.reason}); judge from timings only")
+        else:
+            for kernel in prof.kernels[:4]:
+                metrics = ", ".join(f"{k}={v}" for k, v in kernel.items() if k != "name")
+                lines.append(f"Profile {kernel.get('name', '?')}: {metrics}")
+    return lines
+
+
+def _hardware_render(result: EvalResult) -> str | None:
+    """The evaluator's own compact rendering of profile and roofline, when it ships one."""
+    try:
+        from agentforge.evaluator.hardware import render  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    for name in ("render_for_judge", "render_result", "render"):
+        fn = getattr(render, name, None) if not callable(render) else render
+        if callable(fn):
+            try:
+                text = fn(result)
+            except Exception:  # a rendering problem must not end the run; fall back to ours
+                return None
+            return str(text) if text else None
+    return None

@@ -1,0 +1,124 @@
+"""What a finished run leaves for a person: the best kernel as a file, a Markdown report (rounds,
+verdicts, speedups, cost, the best kernel's profile) and a plot of speedup per round."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from agentforge.agent.artifacts import ArtifactStore
+from agentforge.agent.feedback import describe_result
+from agentforge.evaluator.result import EvalResult
+
+BEST_KERNEL = "best_kernel.py"
+REPORT = "report.md"
+PLOT = "speedup.png"
+
+
+def write_outputs(run_dir: Path, state: Mapping[str, Any], store: ArtifactStore,
+                  meta: Mapping[str, Any]) -> dict[str, str | None]:
+    """Write the best kernel, the report and the plot; returns their paths (None when absent)."""
+    best = state.get("best")
+    kernel_path = None
+    if best:
+        kernel_path = run_dir / BEST_KERNEL
+        kernel_path.write_text(str(store.get_json(best["candidate_ref"])["source"]))
+    plot_path = write_plot(run_dir / PLOT, state.get("history") or [])
+    report_path = run_dir / REPORT
+    report_path.write_text(render_report(state, store, meta, kernel_path, plot_path))
+    return {"best_kernel": str(kernel_path) if kernel_path else None, "report": str(report_path),
+            "plot": str(plot_path) if plot_path else None}
+
+
+def render_report(state: Mapping[str, Any], store: ArtifactStore, meta: Mapping[str, Any],
+                  kernel_path: Path | None, plot_path: Path | None) -> str:
+    best = state.get("best")
+    usage = state.get("usage") or {}
+    lines = [
+        f"# agentforge optimize: {state.get('task_name')}",
+        "",
+        f"- Run: `{state.get('run_id')}`; backend {state.get('backend')} on {meta.get('device_spec', '?')}",
+        f"- Provider: {meta.get('provider')} (coder {meta.get('coder_model')}, "
+        f"judge {meta.get('judge_model')})",
+        f"- Stopped: {state.get('stop_reason') or 'not yet'}",
+        f"- Rounds: {state.get('round', 0)}; working time {float(state.get('elapsed_s', 0)) / 60:.1f} min",
+        f"- LLM: {usage.get('calls', 0)} calls, {usage.get('input_tokens', 0)} input + "
+        f"{usage.get('output_tokens', 0)} output tokens, ${usage.get('cost_usd', 0.0):.4f}, "
+        f"{usage.get('retries', 0)} retries, {usage.get('no_code_replies', 0)} replies without code",
+    ]
+    if usage.get("unpriced_models"):
+        lines.append(f"- Unpriced models (cost counted as $0): {', '.join(usage['unpriced_models'])}")
+    if state.get("approved") is not None:
+        lines.append(f"- Review: {'approved' if state['approved'] else 'rejected'} by a person")
+    lines += ["", "## Best kernel", ""]
+    if best:
+        vs_compile = best.get("speedup_vs_compile")
+        lines += [
+            f"Round {best['round']}, code `{best['code_hash']}`: {_x(best.get('speedup'))} vs eager"
+            + (f", {_x(vs_compile)} vs torch.compile" if vs_compile else "")
+            + f"; {_us(best.get('candidate_us'))} (eager {_us(best.get('eager_us'))}).",
+            f"File: `{kernel_path.name if kernel_path else '-'}`.",
+        ]
+        if best.get("result_ref"):
+            result = EvalResult.from_json(store.get_text(best["result_ref"]))
+            lines += ["", "### Its measurements and profile", "", "```", describe_result(result), "```"]
+    else:
+        lines.append("No correct kernel was found.")
+    lines += ["", "## Rounds", "",
+              "| round | mode | code | status | speedup | best | outcome | following verdict | cost so far |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for r in state.get("history") or []:
+        lines.append(
+            f"| {r['round']} | {r['mode']} | `{r.get('code_hash') or '-'}` | {r['status']} "
+            f"| {_x(r.get('speedup'))} | {_x(r.get('best_speedup'))} | {_cell(r['outcome'])} "
+            f"| {_cell(r.get('verdict') or '-')} "
+            f"| ${r.get('cost_usd', 0):.4f} |"
+        )
+    if plot_path:
+        lines += ["", f"![speedup per round]({plot_path.name})"]
+    lines += ["", "Every prompt, reply, candidate, verdict and evaluation result of this run is kept under "
+              "`objects/` (content-addressed; the checkpoint refers to them by hash).", ""]
+    return "\n".join(lines)
+
+
+def write_plot(path: Path, history: list[Mapping[str, Any]]) -> Path | None:
+    """Speedup vs eager per round (failures marked at zero) and the best so far."""
+    if not history:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    rounds = [r["round"] for r in history]
+    ok = [(r["round"], r["speedup"]) for r in history if r.get("speedup")]
+    failed = [r["round"] for r in history if not r.get("speedup")]
+    best = [r.get("best_speedup") or float("nan") for r in history]
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    if ok:
+        ax.plot(*zip(*ok, strict=True), "o", label="candidate")
+    if failed:
+        ax.plot(failed, [0.0] * len(failed), "x", color="tab:red", label="not accepted")
+    ax.step(rounds, best, where="post", color="tab:green", label="best so far")
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("round")
+    ax.set_ylabel("speedup vs eager PyTorch")
+    ax.set_xticks(rounds)
+    ax.legend(loc="best")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _x(value: float | None) -> str:
+    return f"{value:.2f}x" if value else "-"
+
+
+def _us(value: float | None) -> str:
+    return f"{value:.2f} us" if value else "-"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "/").replace("\n", " ")

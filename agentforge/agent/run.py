@@ -1,0 +1,277 @@
+"""`optimize(task_ref, settings) -> RunSummary`: one optimisation run, new or resumed.
+
+A run lives in `<runs_dir>/<run_id>/`: `run.json` (what was asked), `checkpoints.sqlite` (the
+LangGraph checkpointer: `resume=RUN_ID` continues from the last finished step, even after kill -9),
+`objects/` (every prompt, reply, candidate, verdict and result, content-addressed), `events.jsonl`
+(one line per finished step), and at the end `best_kernel.py`, `report.md`, `speedup.png`,
+`summary.json`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import secrets
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentforge.agent.artifacts import ArtifactStore
+from agentforge.agent.report import write_outputs
+from agentforge.candidate import Candidate
+from agentforge.evaluator.result import EvalResult, Measure, TimingConfig
+from agentforge.llm.base import Provider
+from agentforge.settings import Settings
+from agentforge.task import Task, load_task
+
+Evaluate = Callable[[Task, Candidate], EvalResult]
+
+
+class RunError(RuntimeError):
+    """A run that cannot start or resume; the message says why and what to do."""
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    run_dir: str
+    task_name: str
+    backend: str
+    provider: str
+    status: str  # finished | awaiting_review
+    stop_reason: str | None
+    rounds: int
+    best: dict[str, Any] | None
+    usage: dict[str, Any]
+    approved: bool | None
+    history: list[dict[str, Any]] = field(default_factory=list)
+    outputs: dict[str, str | None] = field(default_factory=dict)
+    notice: str | None = None  # e.g. that the offline library provider was used, and why
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def optimize(
+    task_ref: str | None, settings: Settings, *, resume: str | None = None, run_id: str | None = None,
+    review: bool = False, approve: Callable[[dict[str, Any]], bool] | None = None,
+    on_progress: Callable[[dict[str, Any]], None] | None = None,
+    provider: Provider | None = None, evaluate: Evaluate | None = None, kernels_root: Path | None = None,
+    baselines: Sequence[str] = ("eager", "compile"), timing: TimingConfig | None = None,
+) -> RunSummary:
+    """Run (or with `resume`, continue) the coder/judge loop on a task until a budget stops it.
+
+    `approve` answers the review question when `review` is on (None: the run pauses and a later
+    `resume` asks again). `provider` and `evaluate` replace the configured ones (tests, notebooks).
+    """
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.types import Command
+
+    from agentforge.agent.graph import build_graph
+
+    runs_dir = Path(settings.runs_dir).expanduser()
+    if resume:
+        run_dir = runs_dir / resume
+        if not (run_dir / "run.json").is_file():
+            raise RunError(f"no run {resume!r} under {runs_dir} (set --out to the folder that holds it)")
+        meta = json.loads((run_dir / "run.json").read_text())
+        review = review or bool(meta.get("review"))
+        settings = _with_run_provider(settings, meta)
+    else:
+        if task_ref is None:
+            raise RunError("name a task, or --resume RUN_ID")
+        meta = {}
+    task = _load_task(meta.get("task_ref", task_ref), settings)
+    backend = meta.get("backend") or _backend(settings)
+    device = meta.get("device") or _device(settings, backend)
+    if provider is None:
+        from agentforge.llm.registry import make_provider
+
+        provider = make_provider(settings.provider, task_name=task.name, backend=backend,
+                                 gpu=_gpu_slug(device), kernels_root=kernels_root)
+    if not resume:
+        run_id = run_id or _new_run_id(task.name)
+        run_dir = runs_dir / run_id
+        run_dir.mkdir(parents=True, exist_ok=False)
+        meta = {
+            "run_id": run_id, "task_ref": str(task.path or task_ref), "task_name": task.name,
+            "task_hash": task.source_hash, "backend": backend, "device": device, "review": review,
+            "device_spec": describe_device(device), "provider": provider.name,
+            "coder_model": _model(provider, "coder"), "judge_model": _model(provider, "judge"),
+            "base_url": settings.provider.base_url, "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        (run_dir / "run.json").write_text(json.dumps(meta, indent=1))
+    else:
+        run_id = resume
+    if meta["task_hash"] != task.source_hash:
+        raise RunError(f"the task file {meta['task_ref']} changed since run {run_id} started; start a new run")
+
+    store = ArtifactStore(run_dir / "objects")
+    conn = sqlite3.connect(str(run_dir / "checkpoints.sqlite"), check_same_thread=False)
+    try:
+        graph = build_graph(
+            SqliteSaver(conn), provider, store=store, task=task, backend=backend,
+            evaluate=evaluate or _sandboxed_evaluate(settings, device, tuple(baselines), timing),
+            limits=settings.agent, device_spec=meta["device_spec"],
+            planned_rounds=getattr(provider, "planned_rounds", None), review=review,
+            finish=lambda state: write_outputs(run_dir, state, store, meta),
+        )
+        config = {"configurable": {"thread_id": run_id}}
+        existing = graph.get_state(config)
+        graph_input: Any
+        if not existing.values:
+            graph_input = {"run_id": run_id, "task_ref": meta["task_ref"], "device": device}
+        else:
+            graph_input = None  # continue from the last finished step
+        status = _drive(graph, config, graph_input, run_dir, approve, on_progress, Command)
+        state = graph.get_state(config).values
+    finally:
+        conn.close()
+    summary = _summary(run_dir, meta, state, status, store)
+    (run_dir / "summary.json").write_text(json.dumps(summary.to_dict(), indent=1, default=str))
+    return summary
+
+
+def _drive(graph: Any, config: dict[str, Any], graph_input: Any, run_dir: Path,
+           approve: Callable[[dict[str, Any]], bool] | None,
+           on_progress: Callable[[dict[str, Any]], None] | None, command: Any) -> str:
+    """Stream the graph to its end (or a review pause), logging each finished step."""
+    with (run_dir / "events.jsonl").open("a") as events:
+        while True:
+            if graph.get_state(config).values.get("finished"):
+                return "finished"
+            for chunk in graph.stream(graph_input, config, stream_mode="updates", durability="sync"):
+                for node in chunk:
+                    if node == "__interrupt__":
+                        continue
+                    values = graph.get_state(config).values
+                    view = progress_view(node, values)
+                    events.write(json.dumps({"t": time.time(), **view}) + "\n")
+                    events.flush()
+                    if on_progress is not None:
+                        on_progress(view)
+            snapshot = graph.get_state(config)
+            if not snapshot.interrupts:
+                return "finished" if snapshot.values.get("finished") else "stopped"
+            if approve is None:
+                return "awaiting_review"
+            graph_input = command(resume=bool(approve(dict(snapshot.interrupts[0].value))))
+
+
+def progress_view(node: str, state: dict[str, Any]) -> dict[str, Any]:
+    """What the live view shows after a step: round, mode, stage, best speedups, tokens, dollars."""
+    best = state.get("best") or {}
+    usage = state.get("usage") or {}
+    pending = state.get("pending") or {}
+    return {
+        "stage": node, "round": pending.get("round", state.get("round", 0)), "mode": state.get("mode"),
+        "best_speedup": best.get("speedup"), "best_speedup_vs_compile": best.get("speedup_vs_compile"),
+        "input_tokens": usage.get("input_tokens", 0), "output_tokens": usage.get("output_tokens", 0),
+        "cost_usd": usage.get("cost_usd", 0.0), "stop_reason": state.get("stop_reason"),
+        "last": (state.get("history") or [{}])[-1] if node == "keep_best" else None,
+    }
+
+
+def _summary(run_dir: Path, meta: dict[str, Any], state: dict[str, Any], status: str,
+             store: ArtifactStore) -> RunSummary:
+    outputs = {name: str(run_dir / file) if (run_dir / file).exists() else None
+               for name, file in (("best_kernel", "best_kernel.py"), ("report", "report.md"),
+                                  ("plot", "speedup.png"))}
+    notice = None
+    if meta["provider"] == "library":
+        notice = ("no LLM key is configured, so the offline `library` provider proposed the shipped "
+                  "reference kernel and its tunable variants; see docs/optimize.md to use a real model")
+    return RunSummary(
+        run_id=meta["run_id"], run_dir=str(run_dir), task_name=meta["task_name"], backend=meta["backend"],
+        provider=meta["provider"], status=status, stop_reason=state.get("stop_reason"),
+        rounds=int(state.get("round", 0)), best=state.get("best"), usage=state.get("usage") or {},
+        approved=state.get("approved"), history=list(state.get("history") or []), outputs=outputs,
+        notice=notice,
+    )
+
+
+def _sandboxed_evaluate(settings: Settings, device: str, baselines: tuple[str, ...],
+                        timing: TimingConfig | None) -> Evaluate:
+    from agentforge.evaluator.api import evaluate, make_job
+    from agentforge.sandbox.config import from_settings
+
+    sandbox = from_settings(settings.sandbox, settings.cache_dir)
+    measure = Measure(baselines=baselines, profile=settings.eval.profile)
+
+    def run(task: Task, candidate: Candidate) -> EvalResult:
+        job = make_job(task, candidate, device=device, track=settings.eval.track, measure=measure,
+                       timing=timing, cuda_arch=settings.eval.cuda_arch,
+                       cache_dir=str(Path(settings.cache_dir).expanduser()))
+        return evaluate(job, sandbox)
+
+    return run
+
+
+def _load_task(ref: str | None, settings: Settings) -> Task:
+    root = Path(settings.tasks_root).expanduser() if settings.tasks_root else None
+    return load_task(str(ref), root)
+
+
+def _backend(settings: Settings) -> str:
+    if settings.eval.backend != "auto":
+        return settings.eval.backend
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _device(settings: Settings, backend: str) -> str:
+    if settings.eval.device != "auto":
+        return settings.eval.device
+    from agentforge.evaluator.api import default_device
+
+    return default_device(backend)
+
+
+def _gpu_slug(device: str) -> str:
+    if not device.startswith("cuda"):
+        return "cpu"
+    import torch
+
+    from agentforge.kernel_library import gpu_slug
+
+    index = int(device.split(":")[1]) if ":" in device else 0
+    return gpu_slug(torch.cuda.get_device_name(index)) if torch.cuda.is_available() else "h100"
+
+
+def describe_device(device: str) -> str:
+    """The device's spec in a few lines, for the coder and the judge."""
+    from agentforge.evaluator.hardware import specs
+
+    spec: Any = None
+    if device.startswith("cuda"):
+        spec = specs.probe_gpu(int(device.split(":")[1]) if ":" in device else 0)
+    if spec is None:
+        spec = specs.probe_cpu()
+    fields = {k: v for k, v in spec.to_dict().items() if v not in (None, (), [], {}, "")}
+    return "; ".join(f"{k}: {v}" for k, v in fields.items())
+
+
+def _model(provider: Provider, role: str) -> str:
+    model_for = getattr(provider, "model_for", None)
+    return model_for(role) if callable(model_for) else "?"
+
+
+def _with_run_provider(settings: Settings, meta: dict[str, Any]) -> Settings:
+    """A resumed run keeps its provider, models and server; only the key and budgets come anew."""
+    provider = dataclasses.replace(settings.provider, name=meta["provider"])
+    if meta["provider"] != "library":
+        provider.model = meta.get("coder_model") or provider.model
+        provider.judge_model = meta.get("judge_model") or provider.judge_model
+        provider.base_url = meta.get("base_url") or provider.base_url
+    return dataclasses.replace(settings, provider=provider)
+
+
+def _new_run_id(task_name: str) -> str:
+    slug = "".join(ch if ch.isalnum() else "-" for ch in task_name).strip("-")[:40]
+    return f"{slug}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
