@@ -25,6 +25,7 @@ from typing import Any
 
 from agentforge.evaluator.result import ErrorRecord, EvalJob, EvalProvenance, EvalResult, Stage, Status
 from agentforge.sandbox.config import SandboxConfig
+from agentforge.sandbox.registry import register_backend
 
 Runner = Callable[[EvalJob, SandboxConfig], EvalResult]
 OnResult = Callable[[int, EvalResult], None]
@@ -71,7 +72,9 @@ class RayBackend:
         self, jobs: Sequence[EvalJob], workers: int | None = None, on_result: OnResult | None = None,
     ) -> list[EvalResult]:
         """Every job's result, in input order; `on_result(index, result)` fires once per input
-        as results arrive. `workers` caps the jobs in flight (None: the cluster's resources)."""
+        as results arrive. On a cluster the resources (a GPU per CUDA job) bound concurrency:
+        `workers` > 1 caps the jobs in flight further; 1 or None (the library-wide default)
+        leaves it to Ray, then `ray_max_in_flight` applies."""
         ray = self._ray()
         remote = ray.remote(_evaluate_on_node)
         keys = [job_hash(j) for j in jobs]
@@ -80,7 +83,7 @@ class RayBackend:
             indices.setdefault(key, []).append(i)
         first_index = {key: where[0] for key, where in indices.items()}
         pending_keys = list(first_index)
-        cap = workers or self.max_in_flight or len(pending_keys) or 1
+        cap = workers if workers and workers > 1 else (self.max_in_flight or len(pending_keys) or 1)
         results: dict[str, EvalResult] = {}
         in_flight: dict[Any, str] = {}
         while pending_keys or in_flight:
@@ -160,3 +163,7 @@ def run_many(
 def factory(config: SandboxConfig) -> RayBackend:
     """For the sandbox's backend registry."""
     return RayBackend(config)
+
+
+# The registry imports this module on the first `get_backend("ray")`; this line is why.
+register_backend("ray", factory)

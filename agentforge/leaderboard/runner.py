@@ -8,6 +8,7 @@ twice is stored once.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -17,10 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentforge.candidate import Candidate, Provenance, code_hash
+from agentforge.evaluator.api import make_job as evaluator_make_job
 from agentforge.evaluator.result import EvalJob, EvalResult
 from agentforge.leaderboard.kernels_dir import scan_kernels
 from agentforge.leaderboard.suites import Holdout, Suite, SuiteTask
 from agentforge.store import ResultsStore
+from agentforge.task import Task
 
 # jobs, on_result(result) -> results in job order
 Executor = Callable[[Sequence[EvalJob], Callable[[EvalResult], None]], list[EvalResult]]
@@ -73,23 +77,12 @@ def detect_backend(source: str) -> str:
 def make_job(
     task: SuiteTask, source: str, *, track: str, options: JobOptions, meta: dict[str, Any],
 ) -> EvalJob:
-    """One evaluation job (the evaluator's `make_job` when present: it knows each track's settings)."""
+    """One evaluation job, built by the evaluator's `make_job` (it knows each track's settings)."""
     backend = detect_backend(source) if options.backend == "detect" else options.backend
-    task_source = task.path.read_text()
-    try:
-        from agentforge.candidate import Candidate, Provenance
-        from agentforge.evaluator.api import make_job as evaluator_make_job
-        from agentforge.task import Task
-    except ImportError:
-        return EvalJob(task_name=task.name, task_source=task_source, candidate_source=source, backend=backend,
-                       device=options.device, track=track, cache_dir=options.cache_dir, candidate_meta=meta)
     candidate = Candidate(source=source, backend=backend, provenance=Provenance(source="file"))
-    job = evaluator_make_job(Task(task.name, task_source, task.path), candidate, device=options.device,
-                             track=track, shapes=())
-    import dataclasses
-
-    return dataclasses.replace(job, candidate_meta={**job.candidate_meta, **meta},
-                               cache_dir=options.cache_dir or job.cache_dir)
+    job = evaluator_make_job(Task(task.name, task.path.read_text(), task.path), candidate,
+                             device=options.device, track=track, cache_dir=options.cache_dir)
+    return dataclasses.replace(job, candidate_meta={**job.candidate_meta, **meta})
 
 
 def plan_kernels(
@@ -217,8 +210,6 @@ def run_suite(
 
 
 def _hash(source: str | None) -> str | None:
-    from agentforge.candidate import code_hash
-
     return code_hash(source) if source else None
 
 
