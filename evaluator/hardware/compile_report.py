@@ -143,7 +143,7 @@ def demangle(names: Iterable[str], demangler: str) -> dict[str, str]:
 
 
 # ----- SASS ---------------------------------------------------------------------------------
-_SASS_LINE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)")
+_SASS_LINE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)")
 _FUNCTION = re.compile(r"^\s*(?:Function : (\S+)|\.text\.(\S+):)")
 
 
