@@ -6,7 +6,8 @@
   otherwise bwrap runs in a user namespace as the caller.
 - unshare (util-linux): the same namespaces; the child builds the read-only mount tree itself
   (`mounts.py`) before dropping privileges. Needs root or unprivileged user namespaces.
-- none: resource limits, the process group and the uid drop only.
+- none: resource limits, the process group and the uid drop only, plus a subreaper (`reaper.py`)
+  that kills whatever the child leaves behind.
 
 `auto` takes the first of bwrap, unshare that works on this machine (probed once per process).
 When the sandbox uid cannot reach a path the child needs (the interpreter under a 0700 /root, say),
@@ -129,12 +130,25 @@ def _masks(read: list[str], write: list[str], uid: int | None) -> tuple[list[str
     return _outermost(masks), _outermost(binds)
 
 
+def _dirs_inside(tops: list[str], targets: list[str]) -> list[str]:
+    """Directories strictly between a fresh tmpfs in `tops` and each target, top-down."""
+    found: list[str] = []
+    for target in targets:
+        top = max((t for t in tops if target.startswith(t.rstrip("/") + "/")), key=len, default=None)
+        if top is None:
+            continue
+        for ancestor in reversed(Path(target).parents):
+            if len(str(ancestor)) > len(top) and str(ancestor) not in found:
+                found.append(str(ancestor))
+    return found
+
+
 def gpu_device_nodes() -> list[str]:
     return sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri"))
 
 
 def plan(requested: str, workdir: str, cache_dir: str, read_paths: list[str], uid: int,
-         fallback_cache: str) -> IsolationPlan:
+         fallback_cache: str, python: str) -> IsolationPlan:
     mode = resolve_mode(requested)
     drop = uid if is_root() else None
     read = [p for p in _outermost(read_paths) if p not in ("/",)]
@@ -149,7 +163,8 @@ def plan(requested: str, workdir: str, cache_dir: str, read_paths: list[str], ui
     if drop is not None and blocking_ancestor(cache_dir, drop):
         cache_dir = fallback_cache
     uid_text = f"uid={drop if drop is not None else os.geteuid()}"
-    return IsolationPlan("none", (), (), drop, cache_dir, f"process+none({uid_text},rlimits)")
+    reaper = (python, "-I", "-S", str(Path(__file__).with_name("reaper.py")))  # stdlib only: fast start
+    return IsolationPlan("none", reaper, (), drop, cache_dir, f"process+none({uid_text},rlimits,reaper)")
 
 
 def _uid_text(drop: int | None) -> str:
@@ -164,6 +179,9 @@ def _bwrap(workdir: str, cache_dir: str, read: list[str], drop: int | None) -> I
     argv += ["--proc", "/proc", "--tmpfs", "/tmp"]
     for mask in masks:
         argv += ["--tmpfs", mask]
+    # bwrap creates missing mount points 0700; the sandbox uid must traverse them.
+    for directory in _dirs_inside(["/tmp", *masks], [*binds, workdir, cache_dir]):
+        argv += ["--perms", "0755", "--dir", directory]
     for path in binds:
         argv += ["--ro-bind", path, path]
     for path in (workdir, cache_dir):

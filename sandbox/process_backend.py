@@ -136,7 +136,7 @@ class ProcessBackend:
         python = cfg.python or sys.executable
         plan = isolation.plan(cfg.isolation, str(workdir), cache,
                               isolation.child_paths(python, cfg.python_paths), cfg.sandbox_uid,
-                              fallback_cache=str(Path(cfg.workdir_root) / f"cache-{cfg.sandbox_uid}"))
+                              fallback_cache=str(Path(cfg.workdir_root) / f"cache-{cfg.sandbox_uid}"), python=python)
         if plan.drop_to_uid is not None:
             for path in (workdir, workdir / "tmp"):
                 os.chown(path, plan.drop_to_uid, plan.drop_to_uid)
@@ -197,7 +197,8 @@ class ProcessBackend:
             return verdict.timeout(job, self.config.timeout_s, stderr_tail, info)
         if outcome.rss_killed:
             return verdict.memory_limit(job, outcome.rss_killed, self.config.memory_gb, stderr_tail, info)
-        return verdict.crashed(job, returncode, plan.mode == "bwrap", problem, stderr_tail, info)
+        return verdict.crashed(job, returncode, plan.mode == "bwrap", problem, stderr_tail, info,
+                               garbled=bool(outcome.data))
 
 
 def _write_and_close(fd: int, data: bytes) -> None:

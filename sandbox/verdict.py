@@ -82,8 +82,9 @@ def exit_signal(returncode: int, wrapped_by_bwrap: bool) -> int | None:
 
 
 def crashed(job: EvalJob, returncode: int, wrapped_by_bwrap: bool, reason: str, stderr_tail: str,
-            info: RunInfo) -> EvalResult:
-    """The child ended without a valid result: by a signal, or exiting with `reason`."""
+            info: RunInfo, garbled: bool = False) -> EvalResult:
+    """The child ended without a valid result: by a signal, or exiting with `reason`. `garbled`:
+    bytes came on the result channel but were not one valid frame (type BadResult, else NoResult)."""
     signum = exit_signal(returncode, wrapped_by_bwrap)
     if signum is not None:
         name = signal_name(signum)
@@ -92,7 +93,8 @@ def crashed(job: EvalJob, returncode: int, wrapped_by_bwrap: bool, reason: str, 
             signal=signum, exit_code=returncode, stderr_tail=stderr_tail,
         )
     else:
-        error = ErrorRecord(type="NoResult", message=f"child exited with code {returncode}: {reason}",
+        error = ErrorRecord(type="BadResult" if garbled else "NoResult",
+                            message=f"child exited with code {returncode}: {reason}",
                             exit_code=returncode, stderr_tail=stderr_tail)
     return failure(job, Status.CRASH, error, info)
 

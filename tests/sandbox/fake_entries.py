@@ -35,3 +35,14 @@ def raises(job: EvalJob) -> EvalResult:
 
 def returns_none(job: EvalJob) -> None:
     return None
+
+
+def report_switches(job: EvalJob) -> EvalResult:
+    """The numeric switches the child pinned, as the candidate would see them."""
+    import torch
+
+    note = (f"tf32={torch.backends.cuda.matmul.allow_tf32},{torch.backends.cudnn.allow_tf32} "
+            f"precision={torch.get_float32_matmul_precision()} "
+            f"deterministic={torch.backends.cudnn.deterministic}")
+    return EvalResult(task_name=job.task_name, candidate_hash=code_hash(job.candidate_source),
+                      backend=job.backend, status=Status.OK, stage=Stage.DONE, candidate_meta={"note": note})
