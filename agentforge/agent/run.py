@@ -61,9 +61,12 @@ def optimize(
     on_progress: Callable[[dict[str, Any]], None] | None = None,
     provider: Provider | None = None, evaluate: Evaluate | None = None, kernels_root: Path | None = None,
     baselines: Sequence[str] = ("eager", "compile"), timing: TimingConfig | None = None,
+    limits: dict[str, Any] | None = None,
 ) -> RunSummary:
     """Run (or with `resume`, continue) the coder/judge loop on a task until a budget stops it.
 
+    A resumed run keeps what it started with (task, backend, provider and models, budgets, what
+    is measured); `limits` overrides budgets (`{"max_rounds": 20}` extends a run).
     `approve` answers the review question when `review` is on (None: the run pauses and a later
     `resume` asks again). `provider` and `evaluate` replace the configured ones (tests, notebooks).
     """
@@ -80,10 +83,15 @@ def optimize(
         meta = json.loads((run_dir / "run.json").read_text())
         review = review or bool(meta.get("review"))
         settings = _with_run_provider(settings, meta)
+        settings = dataclasses.replace(settings, agent=dataclasses.replace(settings.agent, **meta["agent"]))
+        baselines = tuple(meta.get("baselines", baselines))
+        timing = TimingConfig(**meta["timing"]) if meta.get("timing") else None
     else:
         if task_ref is None:
             raise RunError("name a task, or --resume RUN_ID")
         meta = {}
+    if limits:
+        settings = dataclasses.replace(settings, agent=dataclasses.replace(settings.agent, **limits))
     task = _load_task(meta.get("task_ref", task_ref), settings)
     backend = meta.get("backend") or _backend(settings)
     device = meta.get("device") or _device(settings, backend)
@@ -102,6 +110,8 @@ def optimize(
             "device_spec": describe_device(device), "provider": provider.name,
             "coder_model": _model(provider, "coder"), "judge_model": _model(provider, "judge"),
             "base_url": settings.provider.base_url, "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "agent": dataclasses.asdict(settings.agent), "baselines": list(baselines),
+            "timing": dataclasses.asdict(timing) if timing else None,
         }
         (run_dir / "run.json").write_text(json.dumps(meta, indent=1))
     else:

@@ -4,7 +4,6 @@ script keyed by (role, round) so that a resumed run gets the same answers as the
 from __future__ import annotations
 
 import importlib.util
-import json
 import re
 import sys
 import threading

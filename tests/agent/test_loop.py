@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
+from agentforge.evaluator.result import TimingConfig
 
 from agentforge.agent.artifacts import ArtifactStore
 from agentforge.agent.run import optimize
-from agentforge.evaluator.result import TimingConfig
 from agentforge.settings import Settings
 
 QUICK = TimingConfig(max_reps=40, time_cap_s=1.0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,6 +23,7 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     input_tokens: int | None = None
     output_tokens: int | None = None
+    delay_s: float = 0.0  # wait this long before answering (to catch a client mid-call)
 
 
 def rate_limited(after_s: float = 0.05) -> Reply:
@@ -87,6 +89,8 @@ class ScriptedServer:
 
     def _serve(self, api: str, body: dict[str, Any]) -> tuple[int, dict[str, str], dict[str, Any]]:
         reply = self.script(api, body)
+        if reply.delay_s:
+            time.sleep(reply.delay_s)
         messages = list(body.get("messages", []))
         system = body.get("system") or "\n".join(
             str(m.get("content", "")) for m in messages if m.get("role") == "system")
@@ -135,7 +139,10 @@ class ScriptedServer:
                 for key, value in headers.items():
                     self.send_header(key, value)
                 self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client was killed mid-call (the kill -9 test does that)
 
             def log_message(self, *args: object) -> None:  # keep test output quiet
                 pass

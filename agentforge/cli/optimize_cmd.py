@@ -1,0 +1,159 @@
+"""`agentforge optimize TASK`: the coder/judge loop until a budget stops it; `--resume RUN_ID`
+continues a run that was stopped or killed."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from agentforge.cli.common import build_settings, console, err_console
+from agentforge.settings import describe
+
+QUICK_TIMING = {"max_reps": 40, "time_cap_s": 1.0}
+
+
+def register(app: typer.Typer) -> None:
+    app.command("optimize")(optimize_command)
+
+
+def optimize_command(
+    task: Annotated[str | None, typer.Argument(help="task file, or level/name under the tasks root")] = None,
+    provider: Annotated[str | None, typer.Option(help=describe("provider.name"))] = None,
+    model: Annotated[str | None, typer.Option(help=describe("provider.model"))] = None,
+    judge_model: Annotated[str | None, typer.Option(help=describe("provider.judge_model"))] = None,
+    base_url: Annotated[str | None, typer.Option(help=describe("provider.base_url"))] = None,
+    backend: Annotated[str | None, typer.Option(help=describe("eval.backend"))] = None,
+    max_rounds: Annotated[int | None, typer.Option(help=describe("agent.max_rounds"))] = None,
+    max_cost_usd: Annotated[float | None, typer.Option(help=describe("agent.max_cost_usd"))] = None,
+    max_minutes: Annotated[float | None, typer.Option(help=describe("agent.max_minutes"))] = None,
+    resume: Annotated[str | None, typer.Option(help="continue the run with this id from its last finished step")
+                      ] = None,
+    out: Annotated[str | None, typer.Option(help=describe("runs_dir"))] = None,
+    review: Annotated[bool, typer.Option(help="ask a person to approve the best kernel before finishing")
+                      ] = False,
+    compile_baseline: Annotated[bool, typer.Option("--compile-baseline/--no-compile-baseline",
+                                                   help="also time torch.compile baselines")] = True,
+    quick: Annotated[bool, typer.Option(help="fewer timed repetitions (max 40, 1 s per subject): for demos; "
+                                             "re-measure the result with `agentforge eval`")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="no live view; print exactly one JSON object")] = False,
+    config: Annotated[str | None, typer.Option(help="settings file (default: agentforge.toml)")] = None,
+) -> None:
+    """Make TASK's kernel faster with a coder LLM and a judge LLM, measured by the hardened evaluator."""
+    settings = build_settings(
+        config, provider__name=provider, provider__model=model, provider__judge_model=judge_model,
+        provider__base_url=base_url, eval__backend=backend, agent__max_rounds=max_rounds,
+        agent__max_cost_usd=max_cost_usd, agent__max_minutes=max_minutes, runs_dir=out,
+    )
+    from agentforge.agent.run import RunError, optimize
+    from agentforge.evaluator.result import TimingConfig
+    from agentforge.llm.base import ProviderError
+    from agentforge.task import TaskLoadError
+
+    if settings.provider.name == "library" and provider is None and not as_json:
+        err_console.print("[yellow]No LLM key is configured (OPENAI_API_KEY, ANTHROPIC_API_KEY or --base-url):"
+                          " using the offline `library` provider, which proposes the shipped reference "
+                          "kernels.[/yellow]")
+    view = _LiveView(enabled=not as_json)
+    approve = None if as_json or not sys.stdin.isatty() else _ask
+    try:
+        with view:
+            summary = optimize(
+                task, settings, resume=resume, review=review, approve=approve, on_progress=view.update,
+                baselines=("eager", "compile") if compile_baseline else ("eager",),
+                timing=TimingConfig(**QUICK_TIMING) if quick else None,
+                limits=_explicit_limits(max_rounds, max_cost_usd, max_minutes) if resume else None,
+            )
+    except (RunError, ProviderError, TaskLoadError) as exc:
+        if as_json:
+            print(json.dumps({"error": str(exc)}))
+        else:
+            err_console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    if as_json:
+        print(json.dumps(summary.to_dict(), default=str))
+        return
+    _render_summary(summary)
+
+
+def _explicit_limits(max_rounds: int | None, max_cost_usd: float | None, max_minutes: float | None
+                     ) -> dict[str, Any]:
+    """On --resume, only the budgets given on this command line replace the run's own."""
+    given = {"max_rounds": max_rounds, "max_cost_usd": max_cost_usd, "max_minutes": max_minutes}
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def _ask(payload: dict[str, Any]) -> bool:
+    speed = payload.get("best_speedup")
+    console.print(f"Stopped: {payload.get('stop_reason')}. Best kernel: round {payload.get('best_round')}, "
+                  f"{speed:.2f}x vs eager." if speed else f"Stopped: {payload.get('stop_reason')}; no correct kernel.")
+    return typer.confirm(str(payload.get("question", "Approve?")), default=True)
+
+
+class _LiveView:
+    """A rich live table: round, mode, stage, best speedups, tokens and dollars so far."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.live: Any = None
+        self.last: dict[str, Any] = {}
+
+    def __enter__(self) -> _LiveView:
+        if self.enabled:
+            from rich.live import Live
+
+            self.live = Live(self._table(), console=console, refresh_per_second=4, transient=False)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.__exit__(*exc)
+
+    def update(self, view: dict[str, Any]) -> None:
+        self.last = view
+        if self.live is None:
+            return
+        record = view.get("last")
+        if record:
+            speed = f", {record['speedup']:.2f}x" if record.get("speedup") else ""
+            self.live.console.print(f"round {record['round']} [{record['mode']}] {record['status']}{speed}: "
+                                    f"{record['outcome']}")
+        self.live.update(self._table())
+
+    def _table(self) -> Any:
+        from rich.table import Table
+
+        v = self.last
+        table = Table(show_header=True, header_style="bold", box=None)
+        for column in ("round", "mode", "stage", "best vs eager", "best vs compile", "tokens", "cost"):
+            table.add_column(column)
+        table.add_row(
+            str(v.get("round", "-")), str(v.get("mode") or "-"), str(v.get("stage", "starting")),
+            _x(v.get("best_speedup")), _x(v.get("best_speedup_vs_compile")),
+            f"{v.get('input_tokens', 0)}+{v.get('output_tokens', 0)}", f"${v.get('cost_usd', 0.0):.4f}",
+        )
+        return table
+
+
+def _render_summary(summary: Any) -> None:
+    if summary.notice:
+        console.print(f"[yellow]{summary.notice}[/yellow]")
+    best = summary.best
+    console.print(f"[bold]{summary.task_name}[/bold] ({summary.backend}, {summary.provider}): "
+                  f"{summary.status}; {summary.stop_reason or ''}")
+    if best:
+        console.print(f"best: round {best['round']}, {_x(best.get('speedup'))} vs eager, "
+                      f"{_x(best.get('speedup_vs_compile'))} vs torch.compile -> {summary.outputs.get('best_kernel')}")
+    else:
+        console.print("no correct kernel was found")
+    usage = summary.usage
+    console.print(f"LLM: {usage.get('calls', 0)} calls, ${usage.get('cost_usd', 0.0):.4f}; "
+                  f"report: {summary.outputs.get('report')}")
+    console.print(f"run id: {summary.run_id} (resume with --resume {summary.run_id})")
+
+
+def _x(value: float | None) -> str:
+    return f"{value:.2f}x" if value else "-"
