@@ -98,6 +98,7 @@ _SCALE = {
 }
 
 PERMISSION_ERROR = "ERR_NVGPUCTRPERM"
+MAX_METRIC_RETRIES = 3
 
 
 @dataclass(frozen=True)
@@ -185,10 +186,13 @@ def profile_command(command: Sequence[str], options: NcuOptions = NcuOptions(),
     if not cuda:
         return _unavailable("no CUDA GPU visible: nothing for Nsight Compute to profile")
     record = _run(ncu, command, options, cwd)
-    unknown = _unknown_metrics(record.reason) if not record.available else []
-    if unknown:  # an architecture without some metric: drop it and try once more
+    for _ in range(MAX_METRIC_RETRIES):  # an architecture without some metric: drop it, run again
+        unknown = set(_unknown_metrics(record.reason)) if not record.available else set()
         kept = tuple(m for m in options.metrics if m not in unknown)
-        record = _run(ncu, command, replace(options, metrics=kept), cwd)
+        if not unknown or kept == options.metrics:
+            break
+        options = replace(options, metrics=kept)
+        record = _run(ncu, command, options, cwd)
     return record
 
 
