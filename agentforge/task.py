@@ -26,6 +26,8 @@ import contextlib
 import hashlib
 import importlib.util
 import itertools
+import math
+import random
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -146,12 +148,24 @@ class Task:
         Floating tensors take `dtype` (the task's dtype by default); other tensors keep theirs.
         """
         with self.shape_variant(shape), _seeded(seed):
-            inputs = list(self.module.get_inputs())
+            inputs = self._call("get_inputs")
         return [_place(x, device, dtype or self.dtype) for x in inputs]
 
     def init_inputs(self, shape: str = DEFAULT_SHAPE) -> list[Any]:
         with self.shape_variant(shape):
-            return list(self.module.get_init_inputs())
+            return self._call("get_init_inputs")
+
+    def input_numel(self, shape: str = DEFAULT_SHAPE) -> int | None:
+        """Elements of one call's inputs plus the model's parameters and buffers, found without
+        allocating anything (on the meta device); None when the task cannot be sized that way."""
+        try:
+            with self.shape_variant(shape), torch.device("meta"), _seeded(0):
+                inputs = list(self.module.get_inputs())
+            model = self.instantiate_on_meta(shape)
+        except Exception:
+            return None
+        state = itertools.chain(model.parameters(), model.buffers())
+        return sum(t.numel() for t in flatten_tensors(inputs)) + sum(t.numel() for t in state)
 
     def make_model(
         self, seed: int, shape: str = DEFAULT_SHAPE, device: str | torch.device = "cpu",
@@ -164,11 +178,32 @@ class Task:
             model = cls(*init)
         return model.to(device=device, dtype=dtype or self.dtype).eval()
 
+    def smallest_shape(self) -> str:
+        """The cheapest variant to run: `small` when declared, else the one with the fewest input
+        and parameter elements (the default when nothing can be sized)."""
+        shapes = list(self.shapes)
+        if "small" in shapes:
+            return "small"
+        sized = [(n, s) for s in shapes if (n := self.input_numel(s)) is not None]
+        return min(sized)[1] if sized else DEFAULT_SHAPE
+
     def instantiate_on_meta(self, shape: str = DEFAULT_SHAPE) -> torch.nn.Module:
-        """Build `Model` without allocating its weights (for listing huge suites)."""
+        """Build `Model` without allocating its weights (for listing huge suites).
+
+        A constructor that reads tensor values (`.item()`, as Swin's drop-path schedule does)
+        cannot run on the meta device; such a model is built on the CPU instead, seeded."""
         init = self.init_inputs(shape)
-        with self.shape_variant(shape), torch.device("meta"):
-            return self.module.Model(*init)
+        with self.shape_variant(shape):
+            try:
+                with torch.device("meta"):
+                    return self.module.Model(*init)
+            except Exception:
+                pass
+            try:
+                with _seeded(0):
+                    return self.module.Model(*init)
+            except Exception as exc:
+                raise TaskLoadError(self._where, f"Model(...) fails: {_one_line(exc)}") from exc
 
     @contextlib.contextmanager
     def shape_variant(self, shape: str) -> Iterator[None]:
@@ -191,16 +226,34 @@ class Task:
             raise KeyError(f"task {self.name} has no shape {shape!r}; it has {sorted(shapes)}")
         return dict(shapes[shape])
 
+    @property
+    def _where(self) -> str:
+        return str(self.path or self.name)
+
+    def _call(self, fn_name: str) -> list[Any]:
+        try:
+            return list(getattr(self.module, fn_name)())
+        except Exception as exc:
+            raise TaskLoadError(self._where, f"{fn_name}() fails: {_one_line(exc)}") from exc
+
     def _metric(self, fn_name: str, shape: str) -> float | None:
+        """Call the task's `flops`/`bytes_moved` with the module globals its parameters name
+        (sizes, or e.g. DTYPE), the shape variant applied."""
         fn = getattr(self.module, fn_name, None)
         if not callable(fn):
             return None
-        sizes = self.sizes(shape)
         wanted = fn.__code__.co_varnames[: fn.__code__.co_argcount]
-        return float(fn(**{k: sizes[k] for k in wanted}))
+        with self.shape_variant(shape):
+            missing = [k for k in wanted if k not in vars(self.module)]
+            if missing:
+                raise TaskLoadError(self._where, f"{fn_name}() takes {missing}, which are not module globals")
+            value = float(fn(**{k: vars(self.module)[k] for k in wanted}))
+        if not math.isfinite(value) or value < 0:
+            raise TaskLoadError(self._where, f"{fn_name}() gives {value} for shape {shape!r}")
+        return value
 
     def _validate(self) -> None:
-        where = str(self.path or self.name)
+        where = self._where
         for attr in ("Model", "get_inputs", "get_init_inputs"):
             if not hasattr(self.module, attr):
                 raise TaskLoadError(where, f"defines no `{attr}`")
@@ -208,9 +261,22 @@ class Task:
             raise TaskLoadError(where, "`Model` is not a torch.nn.Module subclass")
         if self.dtype_name not in DTYPES:
             raise TaskLoadError(where, f"DTYPE {self.dtype_name!r} is not one of {sorted(DTYPES)}")
-        for shape, sizes in self.shapes.items():
+        for attr in ("get_inputs", "get_init_inputs", "flops", "bytes_moved"):
+            if hasattr(self.module, attr) and not callable(getattr(self.module, attr)):
+                raise TaskLoadError(where, f"`{attr}` is not a function")
+        declared = getattr(self.module, "TOLERANCE", None)
+        if not (declared is None or isinstance(declared, int | float)
+                or (isinstance(declared, dict) and {"atol", "rtol"} <= declared.keys())):
+            raise TaskLoadError(where, "TOLERANCE is neither a number nor a dict with atol and rtol")
+        shapes = getattr(self.module, "SHAPES", None) or {}
+        if not isinstance(shapes, dict):
+            raise TaskLoadError(where, "SHAPES is not a dict of shape name -> module globals")
+        for shape, sizes in shapes.items():
             if not isinstance(sizes, dict):
                 raise TaskLoadError(where, f"SHAPES[{shape!r}] is not a dict of module globals")
+            unknown = [k for k in sizes if k not in vars(self.module)]
+            if unknown:
+                raise TaskLoadError(where, f"SHAPES[{shape!r}] sets {unknown}, which are not module globals")
 
     def __repr__(self) -> str:
         return f"Task({self.name!r})"
@@ -252,7 +318,8 @@ def discover(root: Path | None = None) -> list[Path]:
     """Every problem file under `root`, in level order; a KernelBench checkout's
     `KernelBench/level*/` layout is found too."""
     root = Path(root or default_tasks_root())
-    files = sorted(p for p in root.rglob("level*/*.py") if not p.name.startswith("_"))
+    pattern = "*.py" if root.name.startswith("level") else "level*/*.py"
+    files = sorted(p for p in root.rglob(pattern) if not p.name.startswith("_"))
     return sorted(files, key=lambda p: (_level_number(p.parent.name), _natural_key(p.name)))
 
 
@@ -280,10 +347,21 @@ def _exec_source(source: str, where: str) -> ModuleType:
     sys.modules[module_name] = module
     try:
         exec(code, vars(module))
-    except Exception as exc:
+    except BaseException as exc:  # SystemExit from a script-style file is a load error too
         sys.modules.pop(module_name, None)
-        raise TaskLoadError(where, f"fails on import: {type(exc).__name__}: {exc}") from exc
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        if isinstance(exc, ModuleNotFoundError) and exc.name:
+            raise TaskLoadError(where, f"fails on import: needs the package {exc.name!r}, "
+                                "which is not installed") from exc
+        raise TaskLoadError(where, f"fails on import: {_one_line(exc)}") from exc
     return module
+
+
+def _one_line(exc: BaseException) -> str:
+    """`Type: first line of the message`, so a listing keeps one line per file."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 def _is_size(key: str, value: Any) -> bool:
@@ -292,9 +370,16 @@ def _is_size(key: str, value: Any) -> bool:
 
 @contextlib.contextmanager
 def _seeded(seed: int) -> Iterator[None]:
+    """torch's CPU generator and Python's `random` seeded for the block, then restored, so a
+    task's draws depend only on `seed` and leave the caller's random state untouched."""
+    py_state = random.getstate()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        yield
+        random.seed(seed)
+        try:
+            yield
+        finally:
+            random.setstate(py_state)
 
 
 def _place(value: Any, device: str | torch.device, dtype: torch.dtype) -> Any:

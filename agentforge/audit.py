@@ -1,0 +1,178 @@
+"""The task audit: find problems that a wrong kernel could pass, by running the reference on the CPU.
+
+A task is degenerate when a kernel that does not compute the operator can still match it:
+
+- `nonfinite`: the reference output holds NaN or Inf (allclose then says little);
+- `constant`: the output barely changes across seeds (a kernel can return a stored tensor);
+- `tiny`: the output is within tolerance of zero (a kernel can return zeros);
+- `ignores-input` / `ignores-param`: perturbing one input or one parameter leaves the output
+  within tolerance (a kernel can skip it).
+
+Each check compares with the task's own tolerance, on its cheapest shape variant. Tasks whose
+inputs and parameters exceed a size budget (estimated on the meta device, without allocating)
+are skipped with a note rather than run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentforge.task import Task, TaskLoadError, Tolerance, flatten_tensors, load_task
+
+#: Elements (inputs + parameters + buffers) above which the audit does not run a task.
+DEFAULT_NUMEL_BUDGET = 1 << 25
+#: Buffers that do not feed the output of a module in eval mode.
+_INERT_BUFFERS = ("num_batches_tracked",)
+_SEEDS = (0, 1)
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    """What the audit found for one task file."""
+
+    task: str
+    shape: str | None = None
+    findings: tuple[Finding, ...] = ()
+    skipped: str | None = None
+    seconds: float = 0.0
+    checked: tuple[str, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings and self.skipped is None
+
+    @property
+    def status(self) -> str:
+        if self.findings:
+            return "flagged"
+        return "skipped" if self.skipped else "ok"
+
+
+def audit_paths(paths: Iterable[Path], numel_budget: int = DEFAULT_NUMEL_BUDGET) -> Iterator[AuditReport]:
+    """Audit each file in turn; a file that does not load is reported with a `load` finding."""
+    for path in paths:
+        try:
+            task = load_task(path)
+        except TaskLoadError as exc:
+            yield AuditReport(task=str(path), findings=(Finding("load", exc.problem),))
+            continue
+        yield audit_task(task, numel_budget=numel_budget)
+
+
+def audit_task(task: Task, shape: str | None = None, numel_budget: int = DEFAULT_NUMEL_BUDGET) -> AuditReport:
+    """Run every check on one task (its smallest variant unless `shape` is given)."""
+    start = time.perf_counter()
+    try:
+        shape = shape or task.smallest_shape()
+        numel = task.input_numel(shape)
+        if numel is not None and numel > numel_budget:
+            return AuditReport(task.name, shape, skipped=f"{numel:,} elements exceed the budget of "
+                               f"{numel_budget:,}", seconds=time.perf_counter() - start)
+        findings, checked = _run_checks(task, shape)
+    except TaskLoadError as exc:
+        findings, checked = [Finding("load", exc.problem)], []
+    except Exception as exc:
+        findings, checked = [Finding("runs", f"reference fails: {type(exc).__name__}: {exc}")], []
+    return AuditReport(task.name, shape, tuple(findings), seconds=time.perf_counter() - start,
+                       checked=tuple(checked))
+
+
+def _run_checks(task: Task, shape: str) -> tuple[list[Finding], list[str]]:
+    tol = task.tolerance
+    model = task.make_model(_SEEDS[0], shape)
+    inputs = task.make_inputs(_SEEDS[0], shape)
+    base = _forward(model, inputs)
+    findings: list[Finding] = []
+    checked = ["nonfinite", "tiny", "constant", "ignores-input", "ignores-param"]
+
+    bad = [i for i, t in enumerate(base) if t.is_floating_point() and not torch.isfinite(t).all()]
+    if bad:
+        findings.append(Finding("nonfinite", f"output(s) {bad} hold NaN or Inf"))
+        return findings, checked
+    if not base:
+        findings.append(Finding("runs", "forward returns no tensor"))
+        return findings, checked
+    if _close(base, [torch.zeros_like(t) for t in base], tol):
+        peak = max(float(t.abs().max()) if t.numel() else 0.0 for t in base)
+        findings.append(Finding("tiny", f"zeros would pass: max |output| = {peak:.3g}, "
+                                f"atol {tol.atol:g}, rtol {tol.rtol:g}"))
+
+    other = _forward(task.make_model(_SEEDS[1], shape), task.make_inputs(_SEEDS[1], shape))
+    if _close(base, other, tol):
+        findings.append(Finding("constant", f"output for seed {_SEEDS[1]} matches seed {_SEEDS[0]}"))
+
+    other_inputs = task.make_inputs(_SEEDS[1], shape)
+    for i, (mine, theirs) in enumerate(zip(inputs, other_inputs, strict=True)):
+        if not isinstance(mine, torch.Tensor) or mine.numel() == 0:
+            continue
+        swapped = [*inputs[:i], _perturbed(mine, theirs), *inputs[i + 1:]]
+        if _close(base, _forward(model, swapped), tol):
+            findings.append(Finding("ignores-input", f"output does not move when input {i} changes"))
+
+    for name, tensor in _state(model):
+        saved = tensor.detach().clone()
+        with torch.no_grad():
+            tensor.copy_(_perturbed(saved, None))
+        moved = not _close(base, _forward(model, inputs), tol)
+        with torch.no_grad():
+            tensor.copy_(saved)
+        if not moved:
+            findings.append(Finding("ignores-param", f"output does not move when {name} changes"))
+    return findings, checked
+
+
+def _forward(model: torch.nn.Module, inputs: list[Any]) -> list[torch.Tensor]:
+    with torch.no_grad():
+        out = model(*inputs)
+    return [t.detach() for t in flatten_tensors(out)]
+
+
+def _close(a: list[torch.Tensor], b: list[torch.Tensor], tol: Tolerance) -> bool:
+    """The evaluator's verdict: every output within atol + rtol * |reference|."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if x.shape != y.shape:
+            return False
+        x64, y64 = x.to(torch.float64), y.to(torch.float64)
+        if not torch.allclose(y64, x64, atol=tol.atol, rtol=tol.rtol, equal_nan=False):
+            return False
+    return True
+
+
+def _state(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    yield from ((n, p) for n, p in model.named_parameters() if p.numel())
+    for name, buf in model.named_buffers():
+        if buf.numel() and not name.endswith(_INERT_BUFFERS):
+            yield name, buf
+
+
+def _perturbed(tensor: torch.Tensor, replacement: torch.Tensor | None) -> torch.Tensor:
+    """Another value for `tensor` drawn like it: `replacement` (the next seed's draw) when that
+    differs, else noise at the tensor's own scale (or fresh integers in its range)."""
+    if replacement is not None and not torch.equal(replacement, tensor):
+        return replacement
+    gen = torch.Generator().manual_seed(1234)
+    if tensor.is_floating_point():
+        scale = max(float(tensor.float().std()) if tensor.numel() > 1 else 0.0,
+                    float(tensor.float().abs().mean()), 0.1)
+        noise = torch.randn(tensor.shape, generator=gen) * scale
+        return (tensor.float() + noise).to(tensor.dtype)
+    if tensor.dtype == torch.bool:
+        return ~tensor
+    lo, hi = int(tensor.min()), int(tensor.max())
+    if lo == hi:
+        return tensor + 1
+    return torch.randint(lo, hi + 1, tensor.shape, generator=gen, dtype=tensor.dtype)
