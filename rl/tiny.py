@@ -4,8 +4,9 @@ No download: the tokenizer is a `tokenizers` WordLevel model over a fixed vocabu
 model a 2-layer Llama built from a config with random weights. Its vocabulary is the smoke
 problem's prompt words plus C statements (`v=v+v;`): what the policy writes is literally the
 body of a C++ kernel's inner loop, which `rl/smoke/skeleton.txt` places into a lean kernel.
-Some token strings compute 2*relu(v), some do not, one does not compile: the evaluator's
-verdicts, not a scripted table, give rewards that vary within a group.
+Some token strings compute relu(v), some do not, some do not compile (the prompt word, or
+`v=;`): the evaluator's verdicts, not a scripted table, give rewards that vary within a group.
+With two tokens about one completion in five is a correct kernel at the start.
 """
 
 from __future__ import annotations
@@ -14,18 +15,17 @@ from pathlib import Path
 from typing import Any
 
 SPECIALS = ("[PAD]", "[UNK]", "[BOS]", "[EOS]")
-PROMPT_WORDS = ("write", "the", "loop", "body", "of", "relu_double", ":")
+PROMPT_WORDS = ("relu:",)
 STATEMENTS = (
     "v=v>0.0f?v:0.0f;",  # relu
-    "v=v+v;",  # double
-    "v=v*0.5f;",  # halve
-    "v=-v;",  # negate
     "v=v<0.0f?0.0f:v;",  # relu, spelled otherwise
-    "v=v*2.0f;",  # double, spelled otherwise
+    "v=v*1.0f;",  # changes nothing
+    "v=v+v;",  # doubles: wrong
+    "v=-v;",  # negates: wrong
     "v=;",  # does not compile
 )
 SMOKE_DIR = Path(__file__).resolve().parent / "smoke"
-SMOKE_PROMPT = "write the loop body of relu_double :"
+SMOKE_PROMPT = "relu:"
 
 
 def build_tokenizer() -> Any:
@@ -43,7 +43,7 @@ def build_tokenizer() -> Any:
 
 
 def build_model(tokenizer: Any, hidden_size: int = 32, layers: int = 2, heads: int = 4, seed: int = 0) -> Any:
-    """A randomly initialised Llama of about 30k parameters."""
+    """A randomly initialised Llama of about 20k parameters."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -59,8 +59,8 @@ def build_model(tokenizer: Any, hidden_size: int = 32, layers: int = 2, heads: i
 
 def smoke_task() -> tuple[str, str]:
     """(name, source) of the smoke task."""
-    path = SMOKE_DIR / "relu_double.py"
-    return "smoke/relu_double", path.read_text()
+    path = SMOKE_DIR / "relu.py"
+    return "smoke/relu", path.read_text()
 
 
 def smoke_template() -> str:

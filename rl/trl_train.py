@@ -176,7 +176,7 @@ def sft_kernels(config: RLConfig) -> list[Any]:
         from agentforge.rl.tiny import smoke_task, smoke_template
 
         name, source = smoke_task()
-        body = "v=v>0.0f?v:0.0f; v=v+v;"
+        body = "v=v>0.0f?v:0.0f;"
         kernel = smoke_template().replace("{completion}", body).strip().removeprefix("```python").rstrip("`")
         return [data.VerifiedKernel(name, source, kernel.strip(), "cpu", None, "smoke")]
     root = Path(config.data.tasks_root) if config.data.tasks_root else None

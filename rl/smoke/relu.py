@@ -1,4 +1,5 @@
-"""y = 2 * relu(x): the task of the CPU smoke run (KernelBench format)."""
+"""y = relu(x): the task of the CPU smoke run (KernelBench format). Signed, zero-mean inputs, so
+the identity does not pass for ReLU."""
 
 import torch
 
@@ -9,7 +10,7 @@ TAGS = ["elementwise", "smoke"]
 
 class Model(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return 2.0 * torch.relu(x)
+        return torch.relu(x)
 
 
 def get_inputs():
