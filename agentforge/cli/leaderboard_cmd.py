@@ -66,6 +66,8 @@ def eval_cmd(
     holdout: Path | None = typer.Option(None, "--holdout", help=HOLDOUT_HELP),
     backend: str | None = typer.Option(None, "--backend", help="cpu, cuda, triton, or auto (from each source)"),
     device: str | None = typer.Option(None, "--device", help="cpu, cuda, cuda:N, or auto"),
+    compile_baseline: bool = typer.Option(True, "--compile-baseline/--no-compile-baseline",
+                                          help="also time torch.compile (slow to build; needed for vs-compile)"),
     results_url: str | None = typer.Option(None, "--results-url", help=URL_HELP),
     config: str | None = typer.Option(None, "--config", help=CONFIG_HELP),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bars"),
@@ -77,7 +79,8 @@ def eval_cmd(
     settings = build_settings(config, results_url=results_url, sandbox__workers=workers,
                               sandbox__ray_address=_ray_address(ray), eval__backend=backend, eval__device=device)
     entry = name or kernels_dir.resolve().name
-    suite_obj, held, options, store, executor = _prepare(settings, suite, holdout, track, ray)
+    suite_obj, held, options, store, executor = _prepare(settings, suite, holdout, track, ray,
+                                                         compile_baseline=compile_baseline)
     with store:
         try:
             report = eval_kernels(suite_obj, kernels_dir, store=store, entry=entry, options=options,
@@ -135,9 +138,12 @@ def _ray_address(ray: str | None) -> str | None:
     return None if ray in (None, "local") else ray
 
 
-def _prepare(settings: Any, suite: str, holdout: Path | None, tracks: list[str] | None, ray: str | None):
+def _prepare(
+    settings: Any, suite: str, holdout: Path | None, tracks: list[str] | None, ray: str | None,
+    *, compile_baseline: bool = True,
+):
     """Suite, hold-out, job options, store and executor from settings; bad input exits 2."""
-    from agentforge.evaluator.result import TRACKS
+    from agentforge.evaluator.result import TRACKS, Measure
     from agentforge.leaderboard.executors import make_executor
     from agentforge.leaderboard.runner import JobOptions
     from agentforge.leaderboard.suites import SuiteError, load_holdout, load_suite
@@ -162,8 +168,9 @@ def _prepare(settings: Any, suite: str, holdout: Path | None, tracks: list[str] 
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
     backend = "detect" if settings.eval.backend == "auto" else settings.eval.backend
+    measure = None if compile_baseline else Measure(baselines=("eager",), compile_modes=())
     options = JobOptions(backend=backend, device=device, tracks=chosen,
-                         cache_dir=str(Path(settings.cache_dir).expanduser()))
+                         cache_dir=str(Path(settings.cache_dir).expanduser()), measure=measure)
     sandbox = from_settings(settings.sandbox, settings.cache_dir)
     kind = "ray" if ray is not None or settings.sandbox.kind == "ray" else "process"
     executor = make_executor(kind, sandbox, workers=settings.sandbox.workers,
@@ -203,7 +210,7 @@ def _summary(report: Any, entry: str) -> None:
     console.print(f"[bold]{entry}[/bold]: {report.planned} jobs, {report.skipped} already stored, "
                   f"{report.stored} stored now")
     for path in report.unmatched:
-        err_console.print(f"[yellow]skipped[/yellow] {path}: no such problem in the suite")
+        err_console.print(f"[yellow]skipped[/yellow] {path}: no such problem in the suite", soft_wrap=True)
 
 
 def _print_standings(store: Any, suite: str | None, track: str | None) -> bool:

@@ -20,7 +20,7 @@ from typing import Any
 
 from agentforge.candidate import Candidate, Provenance, code_hash
 from agentforge.evaluator.api import make_job as evaluator_make_job
-from agentforge.evaluator.result import EvalJob, EvalResult
+from agentforge.evaluator.result import EvalJob, EvalResult, Measure
 from agentforge.leaderboard.kernels_dir import scan_kernels
 from agentforge.leaderboard.suites import Holdout, Suite, SuiteTask
 from agentforge.store import ResultsStore
@@ -38,6 +38,7 @@ class JobOptions:
     device: str = "cpu"
     tracks: tuple[str, ...] = ("hardened", "kernelbench")
     cache_dir: str | None = None
+    measure: Measure | None = None  # None: the evaluator's default (eager and torch.compile baselines)
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,8 @@ def make_job(
     backend = detect_backend(source) if options.backend == "detect" else options.backend
     candidate = Candidate(source=source, backend=backend, provenance=Provenance(source="file"))
     job = evaluator_make_job(Task(task.name, task.path.read_text(), task.path), candidate,
-                             device=options.device, track=track, cache_dir=options.cache_dir)
+                             device=options.device, track=track, cache_dir=options.cache_dir,
+                             measure=options.measure)
     return dataclasses.replace(job, candidate_meta={**job.candidate_meta, **meta})
 
 
