@@ -7,7 +7,9 @@ Call these:
   `nvcc -cubin -arch=<arch> -Xptxas -v`, parse ptxas's report into `KernelResources` per kernel
   and disassemble the cubin into a SASS opcode histogram. Never raises; `ok` is False with the
   reason in `log` when nvcc is missing, fails or times out. Sources that include torch headers
-  need their include folders in `extra_flags` (`-I...`, from torch.utils.cpp_extension).
+  (KernelBench's load_inline answers) need `extra_flags=torch_extension_flags()`; those compile
+  slowly (~30 s of CPU), so cache by source hash.
+- `torch_extension_flags() -> list[str]`: `-I` for torch's and Python's headers, `-std=c++17`.
 - `parse_ptxas(log, demangler=None) -> tuple[KernelResources, ...]`: ptxas `-v` /
   `--resource-usage` output (registers, shared, stack frame, spill stores/loads, constant bank).
 - `sass_histogram(cubin, ...) -> dict[str, int]` (cuobjdump -sass, else nvdisasm -c) and
@@ -220,6 +222,16 @@ def summarize_sass(histogram: dict[str, int]) -> dict[str, bool | int]:
 
 
 # ----- the whole report ---------------------------------------------------------------------
+def torch_extension_flags() -> list[str]:
+    """nvcc flags that let a `#include <torch/extension.h>` source compile to a cubin."""
+    import sysconfig
+
+    from torch.utils.cpp_extension import include_paths
+
+    includes = [*include_paths(), sysconfig.get_paths()["include"]]
+    return [f"-I{path}" for path in includes] + ["-std=c++17"]
+
+
 def compile_cuda_report(
     source: str,
     arch: str = "sm_90a",

@@ -130,6 +130,16 @@ def test_compile_error_is_a_value() -> None:
     assert not ok and "error" in log.lower() and resources == () and hist == {}
 
 
+def test_torch_extension_flags_point_at_real_headers() -> None:
+    from pathlib import Path
+
+    flags = cr.torch_extension_flags()
+    includes = [Path(f[2:]) for f in flags if f.startswith("-I")]
+    assert any((p / "torch" / "extension.h").is_file() for p in includes)
+    assert any((p / "Python.h").is_file() for p in includes)
+    assert "-std=c++17" in flags
+
+
 def test_missing_nvcc_is_a_value(tmp_path) -> None:
     ok, log, resources, hist = cr.compile_cuda_report("", nvcc=str(tmp_path / "nvcc"))
     assert not ok and "nvcc not found" in log and resources == () and hist == {}
