@@ -131,3 +131,32 @@ def test_resources_per_device() -> None:
     assert backend._resources(cpu) | {"max_retries": 0} == {
         "num_gpus": 0, "num_cpus": 2.0, "max_retries": 0, "retry_exceptions": False}
     assert _for_node(gpu).device == "cuda"
+
+
+def test_real_sandbox_on_the_nodes(cluster) -> None:
+    """The default runner: each Ray task runs the job through the node's process sandbox."""
+    import shutil
+    import tempfile
+
+    from agentforge.evaluator.api import make_job
+    from agentforge.evaluator.result import Measure
+    from agentforge.sandbox import get_backend
+
+    from agentforge.candidate import Candidate
+    from agentforge.task import Task
+
+    from .conftest import FALLBACK, RELU, WRONG
+
+    cache = tempfile.mkdtemp(prefix="agentforge-ray-cache-")
+    os.chmod(cache, 0o777)  # the child drops to nobody when the tests run as root
+    try:
+        task = Task("level1/1_ReLU", RELU)
+        quick = Measure(baselines=("eager",), compile_modes=(), timing=False)
+        jobs = [make_job(task, Candidate(src, backend="cpu"), device="cpu", measure=quick, cache_dir=cache)
+                for src in (FALLBACK, WRONG)]
+        backend = get_backend("ray", SandboxConfig(kind="ray", cache_dir=cache, timeout_s=240))
+        results = backend.run_many(jobs)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    assert [r.status for r in results] == [Status.INTEGRITY_FLAG, Status.MISMATCH], [r.summary() for r in results]
+    assert results[0].flags[0].rule == "torch_fallback"
