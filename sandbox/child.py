@@ -1,4 +1,5 @@
-"""The evaluation child: `python -m agentforge.sandbox.child --request-fd R --result-fd W`.
+"""The evaluation child: `python -m agentforge.sandbox.child --request-fd R --result-fd W`
+(or `--io-dir DIR` in a container).
 
 Reads one framed `ChildRequest` from fd R, hardens itself (mount namespace under `unshare`, uid
 drop when started as root, no new privileges, resource limits), pins the process-wide numeric
@@ -103,18 +104,49 @@ def harden(request: ChildRequest) -> None:
     os.umask(0o077)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="agentforge.sandbox.child")
-    parser.add_argument("--request-fd", type=int, required=True)
-    parser.add_argument("--result-fd", type=int, required=True)
-    args = parser.parse_args(argv)
+def _open_channel(args: argparse.Namespace) -> tuple[bytes, Callable[[bytes], None]]:
+    """The request bytes, and how to send the result frame: over the two inherited pipe fds, or
+    (in a container, `--io-dir`) through files in a directory only this child and the parent see:
+    the request file is deleted once read, the result is written beside and renamed into place."""
+    if args.io_dir:
+        request_path = os.path.join(args.io_dir, "request.frame")
+        with open(request_path, "rb") as fh:
+            data = fh.read()
+        os.unlink(request_path)
+        tmp = os.path.join(args.io_dir, "result.frame.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+
+        def send_file(frame: bytes) -> None:
+            channel.write_all(fd, frame)
+            os.fsync(fd)
+            os.close(fd)
+            os.replace(tmp, os.path.join(args.io_dir, "result.frame"))
+
+        return data, send_file
     for fd in (args.request_fd, args.result_fd):
         os.set_inheritable(fd, False)
+    data = channel.read_all(args.request_fd)
+    os.close(args.request_fd)
+
+    def send_pipe(frame: bytes) -> None:
+        channel.write_all(args.result_fd, frame)
+        os.close(args.result_fd)
+
+    return data, send_pipe
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="agentforge.sandbox.child")
+    parser.add_argument("--request-fd", type=int)
+    parser.add_argument("--result-fd", type=int)
+    parser.add_argument("--io-dir", help="container mode: request and result files in this directory")
+    args = parser.parse_args(argv)
+    if not args.io_dir and (args.request_fd is None or args.result_fd is None):
+        parser.error("give --request-fd and --result-fd, or --io-dir")
+    data, send = _open_channel(args)
     limits.die_with_parent()
     faulthandler.enable(file=sys.stderr, all_threads=True)
 
-    data = channel.read_all(args.request_fd)
-    os.close(args.request_fd)
     nonce = data[len(channel.MAGIC):channel.HEADER_BYTES - 8]
     request = ChildRequest.from_json(channel.decode_frame(data, nonce).decode())
     try:
@@ -128,8 +160,7 @@ def main(argv: list[str] | None = None) -> None:
         payload = result.to_json().encode()
     except (TypeError, ValueError) as exc:  # e.g. a NaN the entry left in a record
         payload = _exception_result(request.job, exc).to_json().encode()
-    channel.write_all(args.result_fd, channel.encode_frame(payload, nonce))
-    os.close(args.result_fd)
+    send(channel.encode_frame(payload, nonce))
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

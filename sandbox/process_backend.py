@@ -10,7 +10,6 @@ of the tree. The result is parsed strictly; anything else becomes a timeout or c
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import os
 import select
 import shutil
@@ -65,7 +64,7 @@ def limits_for(config: SandboxConfig, job: EvalJob) -> Limits:
     )
 
 
-def _prepare_cache(cache_dir: str, uid: int | None) -> None:
+def prepare_cache(cache_dir: str, uid: int | None) -> None:
     """The cache must exist and be writable by the sandbox uid (chown'd to it when we are root)."""
     path = Path(cache_dir)
     path.mkdir(parents=True, exist_ok=True)
@@ -82,10 +81,6 @@ def _tail(handle: BinaryIO) -> str:
     with open(handle.fileno(), "rb", closefd=False) as reader:
         reader.seek(max(0, size - STDERR_TAIL_CHARS))
         return reader.read().decode("utf-8", "replace")
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 @dataclasses.dataclass
@@ -108,7 +103,7 @@ class ProcessBackend:
         isolation.resolve_mode(self.config.isolation)  # an explicit mode that cannot run fails here
 
     def run(self, job: EvalJob) -> EvalResult:
-        started, clock = _now(), time.monotonic()
+        started, clock = verdict.now(), time.monotonic()
         root = Path(self.config.workdir_root)
         try:
             root.mkdir(parents=True, exist_ok=True)
@@ -141,7 +136,7 @@ class ProcessBackend:
             for path in (workdir, workdir / "tmp"):
                 os.chown(path, plan.drop_to_uid, plan.drop_to_uid)
             job_dir.chmod(0o711)
-        _prepare_cache(plan.cache_dir, plan.drop_to_uid)
+        prepare_cache(plan.cache_dir, plan.drop_to_uid)
         request = ChildRequest(entry=cfg.entry, job=dataclasses.replace(job, cache_dir=plan.cache_dir),
                                workdir=str(workdir), limits=limits_for(cfg, job),
                                drop_to_uid=plan.drop_to_uid, mounts=plan.mounts,

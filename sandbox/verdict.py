@@ -8,6 +8,7 @@ evidence only.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import signal
 import socket
 
@@ -26,6 +27,11 @@ SIGNAL_TYPES = {
     signal.SIGXFSZ: "FileSizeLimit",
     signal.SIGKILL: "Killed",
 }
+
+
+def now() -> str:
+    """The UTC time, as provenance records it."""
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 def signal_name(signum: int) -> str:
@@ -96,6 +102,14 @@ def crashed(job: EvalJob, returncode: int, wrapped_by_bwrap: bool, reason: str, 
         error = ErrorRecord(type="BadResult" if garbled else "NoResult",
                             message=f"child exited with code {returncode}: {reason}",
                             exit_code=returncode, stderr_tail=stderr_tail)
+    return failure(job, Status.CRASH, error, info)
+
+
+def memory_cgroup(job: EvalJob, limit_gb: float, exit_code: int | None, stderr_tail: str,
+                  info: RunInfo) -> EvalResult:
+    message = f"the memory cgroup ({limit_gb:g} GiB) OOM-killed the child"
+    error = ErrorRecord(type="MemoryLimit", message=message, signal=int(signal.SIGKILL),
+                        exit_code=exit_code, stderr_tail=stderr_tail)
     return failure(job, Status.CRASH, error, info)
 
 
