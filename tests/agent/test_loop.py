@@ -89,3 +89,65 @@ def test_compile_error_repair_optimise_no_code_429_and_crash(
     assert store.get_json(summary.best["candidate_ref"])["provenance"]["prompt_version"]
     assert {v["stage"] for v in views} >= {"coder", "evaluate", "keep_best", "judge", "finish"}
     assert json.loads((Path(summary.run_dir) / "summary.json").read_text())["rounds"] == 5
+
+
+def _no_code(scripted, rounds: int, **reply) -> dict:
+    return {("coder", n): [scripted.Reply("Only prose, no code.", **reply)] for n in range(1, rounds + 1)}
+
+
+def test_round_budget(tmp_path, relu_task, scripted, round_script):
+    with scripted.ScriptedServer(round_script(_no_code(scripted, 5))) as server:
+        summary = optimize(str(relu_task), _settings(tmp_path, "openai", server.openai_base_url, max_rounds=2))
+    assert summary.stop_reason == "rounds: 2 of 2 done" and summary.rounds == 2
+    assert summary.usage["no_code_replies"] == 2 and len(server.log) == 2  # no judge for a no-code reply
+
+
+def test_cost_budget(tmp_path, relu_task, scripted, round_script):
+    # gpt-4.1 at $2 per million input tokens: one such reply costs $2.
+    script = round_script(_no_code(scripted, 5, input_tokens=1_000_000, output_tokens=0))
+    with scripted.ScriptedServer(script) as server:
+        summary = optimize(str(relu_task), _settings(tmp_path, "openai", server.openai_base_url,
+                                                     max_cost_usd=1.0))
+    assert summary.rounds == 1 and summary.stop_reason.startswith("cost: $2.0000")
+    assert summary.usage["cost_usd"] == pytest.approx(2.0)
+
+
+def test_time_budget(tmp_path, relu_task, scripted, round_script):
+    with scripted.ScriptedServer(round_script(_no_code(scripted, 5, delay_s=0.2))) as server:
+        summary = optimize(str(relu_task), _settings(tmp_path, "openai", server.openai_base_url,
+                                                     max_minutes=0.001))
+    assert summary.rounds == 1 and summary.stop_reason.startswith("time:")
+
+
+def test_plateau_budget_with_a_real_evaluation(tmp_path, relu_task, scripted, kernels, round_script):
+    script = round_script({
+        ("coder", 1): [scripted.Reply(kernels.fenced(kernels.SLOW))],
+        ("judge", 1): [scripted.Reply(kernels.optimise_verdict("vectorise"))],
+        ("coder", 2): [scripted.Reply("No code.")],
+    })
+    with scripted.ScriptedServer(script) as server:
+        summary = optimize(str(relu_task), _settings(tmp_path, "openai", server.openai_base_url,
+                                                     plateau_rounds=1),
+                           baselines=("eager",), timing=QUICK)
+    assert [r["status"] for r in summary.history] == ["ok", "no_code"]
+    assert summary.stop_reason == "plateau: no improvement in 1 rounds"
+    assert summary.best["round"] == 1 and summary.best["speedup"] > 0
+
+
+def test_anthropic_path(tmp_path, relu_task, scripted, kernels, round_script):
+    script = round_script({
+        ("coder", 1): [scripted.server_error(529), scripted.Reply(kernels.fenced(kernels.SLOW))],
+        ("judge", 1): [scripted.Reply(kernels.optimise_verdict("build at -O3"))],
+        ("coder", 2): [scripted.Reply("No code.")],
+    })
+    with scripted.ScriptedServer(script) as server:
+        settings = _settings(tmp_path, "anthropic", server.root, max_rounds=2)
+        settings.provider.judge_model = "claude-haiku-4-5"
+        summary = optimize(str(relu_task), settings, baselines=("eager",), timing=QUICK)
+    assert {r.api for r in server.log} == {"anthropic"}
+    assert [r.model for r in server.log if r.status == 200] == [
+        "claude-sonnet-4-6", "claude-haiku-4-5", "claude-sonnet-4-6"]
+    assert [r["status"] for r in summary.history] == ["ok", "no_code"]
+    assert summary.usage["retries"] == 1 and summary.usage["cost_usd"] > 0
+    assert summary.best["round"] == 1
+    assert "build at -O3" in server.log[-1].prompt
