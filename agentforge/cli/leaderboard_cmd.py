@@ -36,6 +36,8 @@ def run_cmd(
     ray: str | None = typer.Option(None, "--ray", help=RAY_HELP),
     track: list[str] | None = typer.Option(None, "--track", help=TRACK_HELP),
     holdout: Path | None = typer.Option(None, "--holdout", help=HOLDOUT_HELP),
+    compile_baseline: bool = typer.Option(True, "--compile-baseline/--no-compile-baseline",
+                                          help="also time torch.compile when ranking (slow to build)"),
     results_url: str | None = typer.Option(None, "--results-url", help=URL_HELP),
     config: str | None = typer.Option(None, "--config", help=CONFIG_HELP),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bars"),
@@ -47,11 +49,12 @@ def run_cmd(
     settings = build_settings(config, results_url=results_url, provider__name=provider, provider__model=model,
                               sandbox__workers=workers, sandbox__ray_address=_ray_address(ray))
     entry = name or f"{settings.provider.name}/{settings.provider.model or 'default'}"
-    suite_obj, held, options, store, executor = _prepare(settings, suite, holdout, track, ray)
+    suite_obj, held, options, store, executor = _prepare(settings, suite, holdout, track, ray,
+                                                         compile_baseline=compile_baseline)
     with store:
-        report = run_suite(suite_obj, store=store, entry=entry, optimizer=_optimizer(settings), options=options,
-                           executor=executor, holdout=held, workers=settings.sandbox.workers, progress=progress,
-                           provider=settings.provider.name, model=settings.provider.model)
+        report = run_suite(suite_obj, store=store, entry=entry, optimizer=_optimizer(settings, entry, suite_obj.name),
+                           options=options, executor=executor, holdout=held, workers=settings.sandbox.workers,
+                           progress=progress, provider=settings.provider.name, model=settings.provider.model)
         _summary(report, entry)
         _print_standings(store, suite_obj.name, None)
 
@@ -178,31 +181,43 @@ def _prepare(
     return suite_obj, held, options, ResultsStore(settings.results_url), executor
 
 
-def _optimizer(settings: Any):
-    """One optimisation run per task through the agent loop (imported only when used)."""
+def _optimizer(settings: Any, entry: str, suite: str):
+    """One optimisation run per task through the agent loop (imported only when used). Each task
+    gets a fixed run id, so a leaderboard run that was interrupted resumes the task's loop from
+    its last checkpoint instead of starting it again."""
+    import re
+    import time
+
     from agentforge.leaderboard.runner import OptimizeOutcome
 
-    def optimise(task) -> OptimizeOutcome:
+    def optimise(task: Any) -> OptimizeOutcome:
         from agentforge.agent.run import optimize
 
-        summary = optimize(str(task.path), settings)
-        return outcome_from_summary(summary)
+        run_id = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"leaderboard-{entry}-{suite}-{task.name}")
+        started = time.monotonic()
+        if (Path(settings.runs_dir).expanduser() / run_id / "run.json").is_file():
+            summary = optimize(None, settings, resume=run_id)
+        else:
+            summary = optimize(str(task.path), settings, run_id=run_id)
+        return outcome_from_summary(summary, minutes=(time.monotonic() - started) / 60.0)
 
     return optimise
 
 
-def outcome_from_summary(summary: Any):
-    """The leaderboard's view of the agent's RunSummary."""
+def outcome_from_summary(summary: Any, minutes: float):
+    """The leaderboard's view of the agent's RunSummary: its best kernel's source and its costs."""
     from agentforge.leaderboard.runner import OptimizeOutcome
 
-    usage = getattr(summary, "usage", None) or {}
+    usage = summary.usage or {}
+    kernel = (summary.outputs or {}).get("best_kernel")
     return OptimizeOutcome(
-        best_source=getattr(summary, "best_source", None),
-        status="done",
+        best_source=Path(kernel).read_text() if kernel and Path(kernel).is_file() else None,
+        status="done" if summary.status == "finished" else summary.status,
         cost_usd=float(usage.get("cost_usd", 0.0)),
         tokens=int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0)),
-        minutes=float(getattr(summary, "elapsed_s", 0.0)) / 60.0,
-        summary={"stop_reason": getattr(summary, "stop_reason", None)},
+        minutes=minutes,
+        summary={"run_id": summary.run_id, "run_dir": summary.run_dir, "rounds": summary.rounds,
+                 "stop_reason": summary.stop_reason, "provider": summary.provider},
     )
 
 

@@ -1,0 +1,75 @@
+"""`agentforge leaderboard run` wiring: the agent loop and the executor replaced by fakes (the
+loop has its own tests; the evaluation path is covered end to end in test_eval_e2e)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from typer.testing import CliRunner
+
+from agentforge.cli import app
+from agentforge.store import ResultsStore
+
+from .conftest import LEAN_RELU
+from .test_runner import FakeExecutor
+
+
+@pytest.fixture
+def fake_loop(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple]:
+    import agentforge.agent.run as agent_run
+    import agentforge.leaderboard.executors as executors
+
+    calls: list[tuple] = []
+
+    def optimize(task_ref, settings, *, resume=None, run_id=None, **_):
+        calls.append((task_ref, resume, run_id))
+        run_dir = Path(settings.runs_dir) / (resume or run_id)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "run.json").write_text("{}")
+        kernel = run_dir / "best_kernel.py"
+        kernel.write_text(LEAN_RELU)
+        return SimpleNamespace(run_id=resume or run_id, run_dir=str(run_dir), status="finished", rounds=3,
+                               stop_reason="max_rounds", provider="library", outputs={"best_kernel": str(kernel)},
+                               usage={"input_tokens": 900, "output_tokens": 100, "cost_usd": 0.12})
+
+    monkeypatch.setattr(agent_run, "optimize", optimize)
+    monkeypatch.setattr(executors, "make_executor", lambda *a, **k: FakeExecutor())
+    return calls
+
+
+def test_run_ranks_each_task_and_resumes(fake_loop: list, tiny_tasks: Path, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'lb.db'}"
+    env = {"AGENTFORGE_TASKS_ROOT": str(tiny_tasks), "AGENTFORGE_RUNS_DIR": str(tmp_path / "runs")}
+    args = ["leaderboard", "run", "--suite", "level1", "--provider", "library", "--model", "lib-1",
+            "--workers", "2", "--results-url", url, "--no-progress"]
+    out = CliRunner().invoke(app, args, env=env)
+    assert out.exit_code == 0, out.output
+    assert len(fake_loop) == 2 and all(resume is None for _, resume, _ in fake_loop)
+    assert "library/lib-1: 4 jobs, 0 already stored, 4 stored now" in out.output
+    with ResultsStore(url) as store:
+        runs = store.runs(entry="library/lib-1")
+        assert {r.task for r in runs} == {"level1/1_ReLU", "level1/2_Scale"}
+        assert all(r.tokens == 1000 and r.cost_usd == pytest.approx(0.12) for r in runs)
+        assert {e.provider for e in store.entries()} == {"library"}
+
+    again = CliRunner().invoke(app, args, env=env)
+    assert again.exit_code == 0, again.output
+    assert len(fake_loop) == 2  # finished tasks are not optimised again
+    assert "4 jobs, 4 already stored, 0 stored now" in again.output
+
+
+def test_an_interrupted_task_resumes_its_loop(fake_loop: list, tiny_tasks: Path, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'lb.db'}"
+    runs_dir = tmp_path / "runs"
+    env = {"AGENTFORGE_TASKS_ROOT": str(tiny_tasks), "AGENTFORGE_RUNS_DIR": str(runs_dir)}
+    stale = runs_dir / "leaderboard-e-tasks_level1-level1_1_ReLU"
+    stale.mkdir(parents=True)
+    (stale / "run.json").write_text("{}")  # the loop had started before the interruption
+    args = ["leaderboard", "run", "--suite", "level1", "--name", "e", "--results-url", url, "--no-progress"]
+    out = CliRunner().invoke(app, args, env=env)
+    assert out.exit_code == 0, out.output
+    calls = sorted(fake_loop, key=str)
+    assert (None, stale.name) in [(ref, resume) for ref, resume, _ in calls]  # resumed, not restarted
+    assert [ref.endswith("2_Scale.py") for ref, resume, _ in calls if resume is None] == [True]
