@@ -40,37 +40,18 @@ def describe_result(result: EvalResult, max_log: int = 3000) -> str:
 
 
 def _roofline_and_profile(result: EvalResult) -> list[str]:
-    rendered = _hardware_render(result)
-    if rendered is not None:
-        return [rendered]
-    lines: list[str] = []
-    roof = result.roofline
-    if roof is not None and roof.sol_fraction is not None:
-        lines.append(f"Roofline: {roof.label}, {roof.sol_fraction:.0%} of speed of light "
-                     f"(floor {roof.floor_us} us, intensity {roof.arithmetic_intensity})")
-    prof = result.profile
-    if prof is not None:
-        if not prof.available:
-            lines.append(f"Profile: unavailable ({prof.reason}); judge from timings only")
-        else:
-            for kernel in prof.kernels[:4]:
-                metrics = ", ".join(f"{k}={v}" for k, v in kernel.items() if k != "name")
-                lines.append(f"Profile {kernel.get('name', '?')}: {metrics}")
-    return lines
+    """The evaluator's own compact hardware block: roofline verdict, compiler resources, the
+    curated profile metrics and bottleneck hints (timing-only when no profile could be taken)."""
+    from agentforge.evaluator.hardware.render import render_prompt
+
+    block = render_prompt(roofline=result.roofline, profile=result.profile, compile=result.compile,
+                          measured_us=result.candidate_us)
+    return [block] if block.strip() else []
 
 
-def _hardware_render(result: EvalResult) -> str | None:
-    """The evaluator's own compact rendering of profile and roofline, when it ships one."""
-    try:
-        from agentforge.evaluator.hardware import render  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    for name in ("render_for_judge", "render_result", "render"):
-        fn = getattr(render, name, None) if not callable(render) else render
-        if callable(fn):
-            try:
-                text = fn(result)
-            except Exception:  # a rendering problem must not end the run; fall back to ours
-                return None
-            return str(text) if text else None
-    return None
+def describe_result_markdown(result: EvalResult) -> str:
+    """The fuller Markdown version, with tables, for run reports."""
+    from agentforge.evaluator.hardware.render import render_markdown
+
+    return render_markdown(roofline=result.roofline, profile=result.profile, compile=result.compile,
+                           measured_us=result.candidate_us)

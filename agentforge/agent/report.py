@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from agentforge.agent.artifacts import ArtifactStore
-from agentforge.agent.feedback import describe_result
+from agentforge.agent.feedback import describe_result, describe_result_markdown
 from agentforge.evaluator.result import EvalResult
 
 BEST_KERNEL = "best_kernel.py"
@@ -62,11 +62,12 @@ def render_report(state: Mapping[str, Any], store: ArtifactStore, meta: Mapping[
         ]
         if best.get("result_ref"):
             result = EvalResult.from_json(store.get_text(best["result_ref"]))
-            lines += ["", "### Its measurements and profile", "", "```", describe_result(result), "```"]
+            lines += ["", "### Its measurements", "", "```", describe_result(result), "```", "",
+                      _demote(describe_result_markdown(result))]
     else:
         lines.append("No correct kernel was found.")
     lines += ["", "## Rounds", "",
-              "| round | mode | code | status | speedup | best | outcome | following verdict | cost so far |",
+              "| round | mode | code | status | speedup | best | outcome | verdict it followed | cost so far |",
               "|---|---|---|---|---|---|---|---|---|"]
     for r in state.get("history") or []:
         lines.append(
@@ -110,6 +111,11 @@ def write_plot(path: Path, history: list[Mapping[str, Any]]) -> Path | None:
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def _demote(markdown: str) -> str:
+    """Nest the evaluator's Markdown headings under this report's section."""
+    return "\n".join("##" + line if line.startswith("#") else line for line in markdown.splitlines())
 
 
 def _x(value: float | None) -> str:
