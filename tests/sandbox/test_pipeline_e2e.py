@@ -59,3 +59,16 @@ def test_real_pipeline_through_the_sandbox(tmp_path: Path) -> None:
     assert result.status == Status.OK, result.error
     assert result.compiled and result.correct
     assert result.provenance.sandbox.startswith("process+")
+
+
+def test_child_pins_the_numeric_switches(tmp_path: Path) -> None:
+    import sys
+
+    here = str(Path(__file__).resolve().parent)
+    config = SandboxConfig(entry="fake_entries:report_switches", python_paths=(here,), torch_switches=True,
+                           timeout_s=120, workdir_root=str(tmp_path / "work"), cache_dir=str(tmp_path / "c"))
+    job = EvalJob(task_name="switches", task_source="", candidate_source="")
+    result = run(job, config)
+    assert result.status == Status.OK, result.error
+    assert result.candidate_meta["note"] == "tf32=False,False precision=highest deterministic=True"
+    assert "fake_entries" not in sys.modules  # the parent never imported the entry or the candidate
