@@ -74,6 +74,10 @@ class ServiceConfig:
             raise ValueError(f"unknown reward executor {self.executor!r}; choose one of {choices}")
         if self.concurrency < 1 or self.request_timeout_s <= 0:
             raise ValueError("concurrency must be >= 1 and request_timeout_s > 0")
+        if self.executor == "local" and self.device.startswith("cuda") and self.concurrency > 1:
+            # Two children timing on one GPU at once corrupt each other's measurements.
+            raise ValueError("local CUDA evaluations must run one at a time (concurrency = 1); "
+                             "use executor = 'ray' with one GPU per task to evaluate in parallel")
 
 
 @dataclass

@@ -81,11 +81,12 @@ def prompt_rows(config: RLConfig) -> list[dict[str, Any]]:
         return data.smoke_rows(config.data.repeat)
     root = Path(config.data.tasks_root) if config.data.tasks_root else None
     items = [it for suite in config.data.suites for it in data.load_suite(suite, root)]
-    train, _ = data.split(items, config.data.held_out_fraction, config.data.split_seed)
-    if config.data.eval_suites:
-        evaluation = [it for suite in config.data.eval_suites for it in data.load_suite(suite, root)]
-        report = data.decontamination_report(train, evaluation)
-        train = [it for it in train if it.name not in report.contaminated]
+    train, held_out = data.split(items, config.data.held_out_fraction, config.data.split_seed)
+    evaluation = held_out + [it for suite in config.data.eval_suites for it in data.load_suite(suite, root)]
+    report = data.decontamination_report(train, evaluation)
+    config.output_dir.mkdir(parents=True, exist_ok=True)
+    (config.output_dir / "decontamination.md").write_text(report.to_markdown())
+    train = [it for it in train if it.name not in report.contaminated]
     if config.data.max_tasks:
         train = train[: config.data.max_tasks]
     history = None

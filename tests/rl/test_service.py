@@ -143,3 +143,9 @@ def test_async_api_runs_inside_a_running_loop(make_result):
 def test_config_is_validated():
     with pytest.raises(ValueError, match="local, ray"):
         ServiceConfig(executor="slurm")
+
+
+def test_local_cuda_evaluations_run_one_at_a_time():
+    with pytest.raises(ValueError, match="one at a time"):
+        ServiceConfig(device="cuda", backend="cuda", concurrency=2)
+    assert ServiceConfig(device="cuda", executor="ray", concurrency=8).concurrency == 8
