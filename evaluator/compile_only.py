@@ -35,9 +35,12 @@ def find_nvcc() -> str | None:
 
 
 def _torch_includes() -> list[str]:
+    """What `torch/extension.h` needs: torch's include folders and Python's headers."""
+    import sysconfig
+
     from torch.utils import cpp_extension
 
-    return [f"-I{p}" for p in cpp_extension.include_paths()]
+    return [f"-I{p}" for p in [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]]
 
 
 def _arch_flags(arch: str) -> list[str]:
