@@ -1,0 +1,7 @@
+"""verl backend (cluster training): a custom score function over the same reward service.
+
+Nothing here imports verl: `score.py` is loaded by verl from its file path
+(`reward.custom_reward_function.path`), and `dataset.py` writes verl's parquet rows. verl pins
+versions of transformers and torch that conflict with the default install, so it lives in its
+own environment (docs/rl.md, "verl on a cluster"); the default install and CI never import it.
+"""
