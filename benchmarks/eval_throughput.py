@@ -73,8 +73,9 @@ class ModelNew(nn.Module):
 
 
 def noop_entry(job):  # the sandbox child's entry for `sandbox_noop`
-    from agentforge.candidate import code_hash
     from agentforge.evaluator.result import EvalResult, Stage, Status
+
+    from agentforge.candidate import code_hash
 
     return EvalResult(task_name=job.task_name, candidate_hash=code_hash(job.candidate_source),
                       backend=job.backend, status=Status.OK, stage=Stage.DONE)
@@ -87,9 +88,10 @@ def _timed(fn: Callable[[], object]) -> float:
 
 
 def _jobs(n: int, cache: str, device: str, quick: bool) -> list:
-    from agentforge.candidate import Candidate
     from agentforge.evaluator.api import make_job
     from agentforge.evaluator.result import Measure
+
+    from agentforge.candidate import Candidate
     from agentforge.task import Task
 
     task = Task("bench/relu", TASK)
@@ -138,6 +140,7 @@ def bench_evaluate(n: int, workers: Sequence[int], cache: str, device: str) -> l
 
 def bench_runner_overhead(n: int) -> dict:
     from agentforge.evaluator.result import EvalResult, Stage, Status
+
     from agentforge.leaderboard.runner import JobOptions, eval_kernels
     from agentforge.leaderboard.suites import load_suite
     from agentforge.store import ResultsStore
@@ -177,7 +180,6 @@ def instant_runner(job, config):  # the node-side runner for `ray_dispatch`
 
 def bench_ray(n: int, cache: str) -> dict:
     import ray
-
     from agentforge.sandbox.config import SandboxConfig
     from agentforge.sandbox.ray_backend import RayBackend
 
