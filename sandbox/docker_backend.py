@@ -123,8 +123,13 @@ class DockerBackend:
         try:
             timed_out, code, oom = self._start_and_wait(container)
             tail = container.logs(stdout=False, stderr=True, tail=STDERR_TAIL_LINES).decode("utf-8", "replace")
+        except Exception as exc:  # the daemon failed under us: still a value
+            return verdict.sandbox_error(job, f"docker failed during the run: {exc}", info())
         finally:
-            container.remove(force=True)
+            try:
+                container.remove(force=True)
+            except Exception:
+                pass  # already gone, or the daemon is; nothing of ours is left running in it
         return self._verdict(job, io, nonce, timed_out, code, oom, tail[-4000:], info())
 
     def _create(self, job: EvalJob, work: Path, io: Path, cache: Path) -> Any:

@@ -113,6 +113,9 @@ class ProcessBackend:
             return verdict.sandbox_error(job, f"cannot create a workdir under {root}: {exc}", info)
         try:
             return self._run_in(job, job_dir, started, clock)
+        except OSError as exc:  # preparing the workdir or cache failed: a value, not an exception
+            info = verdict.RunInfo("process", started, time.monotonic() - clock)
+            return verdict.sandbox_error(job, f"could not prepare the sandbox: {exc}", info)
         finally:
             if not self.config.keep_workdir:
                 shutil.rmtree(job_dir, ignore_errors=True)

@@ -106,3 +106,21 @@ def test_config_from_settings_and_validation(tmp_path: Path) -> None:
         SandboxConfig(kind="lambda")
     with pytest.raises(ValueError, match="timeout_s must be > 0"):
         SandboxConfig(timeout_s=0)
+
+
+def test_isolation_that_cannot_run_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentforge.sandbox import SandboxUnavailable, isolation
+
+    reasons = {"bwrap": "bwrap is not installed", "unshare": "unshare failed here", "none": None}
+    monkeypatch.setattr(isolation, "probe", lambda mode: reasons[mode])
+    with pytest.raises(SandboxUnavailable, match="'bwrap' is unavailable: bwrap is not installed"):
+        get_backend("process", SandboxConfig(isolation="bwrap"))
+    assert isolation.resolve_mode("auto") == "none"
+
+
+def test_unusable_workdir_root_is_a_sandbox_error_value(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    result = get_backend("process", fake_config(tmp_path, workdir_root=str(blocker / "sub"))).run(make_job("x"))
+    assert result.status == Status.CRASH
+    assert result.error is not None and result.error.type == "SandboxError"
