@@ -106,7 +106,7 @@ def show_cmd(
 
     settings = build_settings(config, results_url=results_url)
     with ResultsStore(settings.results_url) as store:
-        if not _print_standings(store, suite, track):
+        if not _print_standings(store, _stored_suite(store, suite, settings), track):
             err_console.print("no leaderboard results yet (run `agentforge leaderboard eval` or `run`)")
             raise typer.Exit(1)
 
@@ -129,7 +129,7 @@ def report_cmd(
         raise typer.Exit(2)
     settings = build_settings(config, results_url=results_url)
     with ResultsStore(settings.results_url) as store:
-        found = standings(store, suite=suite, track=track)
+        found = standings(store, suite=_stored_suite(store, suite, settings), track=track)
     if not found:
         err_console.print("no leaderboard results to report")
         raise typer.Exit(1)
@@ -137,6 +137,19 @@ def report_cmd(
 
 
 # ----- shared -----------------------------------------------------------------------------
+def _stored_suite(store: Any, spec: str | None, settings: Any) -> str | None:
+    """The stored name for a suite given as stored (`tasks:level1`) or as a spec (`level1`)."""
+    if spec is None or spec in store.suites():
+        return spec
+    from agentforge.leaderboard.suites import SuiteError, load_suite
+    from agentforge.task import default_tasks_root
+
+    try:
+        return load_suite(spec, Path(settings.tasks_root) if settings.tasks_root else default_tasks_root()).name
+    except SuiteError:
+        return spec
+
+
 def _ray_address(ray: str | None) -> str | None:
     return None if ray in (None, "local") else ray
 

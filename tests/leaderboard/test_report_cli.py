@@ -86,6 +86,21 @@ def test_show_prints_a_sorted_table(url: str, monkeypatch: pytest.MonkeyPatch) -
     assert "kernelbench" not in out.output
 
 
+def test_show_accepts_a_suite_spec(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    with ResultsStore(url) as store:
+        store.register_suite("tasks:level1", [("level1/a", 1, None)])
+        store.ensure_entry("e", kind="eval")
+        store.add_evaluation("k", entry="e", suite="tasks:level1", task="level1/a", track="hardened",
+                             result=_result("level1/a", 2.0))
+    (tmp_path / "tasks" / "level1").mkdir(parents=True)
+    (tmp_path / "tasks" / "level1" / "a.py").write_text("")
+    out = CliRunner().invoke(app, ["leaderboard", "show", "--results-url", url, "--suite", "level1"],
+                             env={"AGENTFORGE_TASKS_ROOT": str(tmp_path / "tasks")})
+    assert out.exit_code == 0, out.output
+    assert "tasks:level1" in out.output
+
+
 def test_show_on_an_empty_store(tmp_path: Path) -> None:
     out = CliRunner().invoke(app, ["leaderboard", "show", "--results-url", f"sqlite:///{tmp_path / 'e.db'}"])
     assert out.exit_code == 1 and "no leaderboard results" in out.output
