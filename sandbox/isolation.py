@@ -176,7 +176,7 @@ def _bwrap(workdir: str, cache_dir: str, read: list[str], drop: int | None) -> I
     argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev"]
     for node in gpu_device_nodes():
         argv += ["--dev-bind", node, node]
-    argv += ["--proc", "/proc", "--tmpfs", "/tmp"]
+    argv += ["--proc", "/proc", "--perms", "01777", "--tmpfs", "/tmp", "--perms", "01777", "--tmpfs", "/dev/shm"]
     for mask in masks:
         argv += ["--tmpfs", mask]
     # bwrap creates missing mount points 0700; the sandbox uid must traverse them.

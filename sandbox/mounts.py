@@ -82,7 +82,8 @@ def apply_mounts(ops: Sequence[MountOp]) -> None:
                 _readonly_all(writable)
             elif op.kind in ("tmpfs", "mask"):
                 os.makedirs(op.dst, exist_ok=True)
-                _mount("tmpfs", op.dst, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+                mode = "mode=1777" if op.kind == "tmpfs" else "mode=0755"  # a mask is only traversed
+                _mount("tmpfs", op.dst, "tmpfs", MS_NOSUID | MS_NODEV, mode)
             elif op.kind in ("bind", "ro-bind"):
                 os.makedirs(op.dst, exist_ok=True)
                 _mount(f"/proc/self/fd/{sources[op.src]}", op.dst, None, MS_BIND | MS_REC)

@@ -154,3 +154,13 @@ def test_forged_frame_without_the_nonce_does_not_fool_the_parent(tmp_path: Path)
     result = run(make_job(source), fake_config(tmp_path))
     assert result.status == Status.CRASH
     assert result.error is not None and result.error.type == "BadResult"
+
+
+@pytest.mark.parametrize("mode", isolating_modes())
+def test_tmp_and_shm_are_private_and_writable(tmp_path: Path, mode: str) -> None:
+    name = f"sandbox-private-{uuid.uuid4().hex}"
+    source = (f"open('/tmp/{name}', 'w').write('x')\nopen('/dev/shm/{name}', 'w').write('x')\n"
+              "import os\nRESULT_NOTE = sorted(os.listdir('/tmp'))[:50]")
+    result = run(make_job(source), fake_config(tmp_path, isolation=mode))
+    assert result.status == Status.OK, result.error
+    assert not Path(f"/tmp/{name}").exists() and not Path(f"/dev/shm/{name}").exists()
