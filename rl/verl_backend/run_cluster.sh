@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# GRPO with verl on a Ray cluster, rewarded by agentforge's evaluator.
+#
+# verl lives in its own environment (its pins conflict with the default install):
+#   python3 -m venv ~/verl-env && ~/verl-env/bin/pip install "verl[vllm]==0.9.1"
+#   ~/verl-env/bin/pip install --no-deps -e <repo>      # agentforge itself, nothing upgraded
+# On the head node:   ray start --head --port=6379
+# On every worker:    ray start --address=<head>:6379
+# Then, on the head:  REPO=<repo> MODEL=<model path> DATA=<folder> rl/verl_backend/run_cluster.sh
+set -euo pipefail
+REPO=${REPO:-$(pwd)}
+DATA=${DATA:-$REPO/data/rl}
+MODEL=${MODEL:?set MODEL to a local model folder or hub id}
+PY=${VERL_PYTHON:-python}
+"$PY" -m agentforge.rl.verl_backend.dataset --config "$REPO/rl/configs/gpu-lora.toml" --out "$DATA"
+mapfile -t OVERRIDES < <(grep -v '^\s*#' "$REPO/rl/configs/verl-cluster.yaml" | grep ':' \
+  | sed -E 's/^([^:]+):[[:space:]]*(.*)$/\1=\2/; s/[[:space:]]+#.*$//' \
+  | sed "s#\${REPO}#$REPO#g; s#\${DATA}#$DATA#g; s#\${MODEL}#$MODEL#g")
+exec "$PY" -m verl.trainer.main_ppo "${OVERRIDES[@]}" "$@"
