@@ -74,10 +74,10 @@ def coder(state: RunState, deps: Deps) -> dict[str, Any]:
         completion = deps.provider.complete(messages, role="coder")
     except ProviderError as exc:
         return {"stop_reason": f"provider failed: {exc}", "pending": None}
-    pending: Pending = {"round": rnd, "mode": mode, "prompt_ref": prompt_ref, "model": completion.model,
-                        "reply_ref": deps.store.put_text(completion.text, "md"), "no_code": None,
-                        "static_error": None}
     usage = _usage(completion, deps.provider)
+    pending: Pending = {"round": rnd, "mode": mode, "prompt_ref": prompt_ref, "model": completion.model,
+                        "reply_ref": _put_reply(deps, "coder", rnd, completion, usage), "no_code": None,
+                        "static_error": None}
     try:
         code = extract_code(completion.text)
     except NoCodeError as exc:
@@ -213,10 +213,14 @@ def select(state: RunState, deps: Deps) -> dict[str, Any]:
         "candidate_us": kernel.get("candidate_us") if kernel else None,
         "best_speedup": best.get("speedup") if best else None, "outcome": outcome,
         "verdict": _verdict_line(state, deps),
+        "refs": {"prompt": pending.get("prompt_ref"), "reply": pending.get("reply_ref"),
+                 "candidate": kernel.get("candidate_ref") if kernel else None,
+                 "result": kernel.get("result_ref") if kernel else None,
+                 "verdict": state.get("verdict_ref"), "judge": state.get("judge_refs")},
         "cost_usd": float((state.get("usage") or {}).get("cost_usd", 0)),
     }
     update.update(round=record["round"], mode=mode, base=base, best=best, failed_repairs=failed,
-                  flat_rounds=flat, pending=None, history=[record])
+                  flat_rounds=flat, pending=None, judge_refs=None, history=[record])
     return update
 
 
@@ -237,8 +241,9 @@ def judge(state: RunState, deps: Deps) -> dict[str, Any]:
         result=result_text, device_spec=deps.device_spec, history=_history(state, deps),
     )
     messages = [Message("system", prompts.render("judge_system")), Message("user", user)]
-    deps.store.put_json({"role": "judge", "round": state["round"], "mode": mode,
-                         "messages": [vars(m) for m in messages]})
+    refs: dict[str, str | None] = {"prompt_ref": deps.store.put_json(
+        {"role": "judge", "round": state["round"], "mode": mode, "messages": [vars(m) for m in messages]}),
+        "reply_ref": None}
     usage: dict[str, Any] = {}
     try:
         completion = deps.provider.complete(messages, role="judge")
@@ -246,12 +251,13 @@ def judge(state: RunState, deps: Deps) -> dict[str, Any]:
         verdict: Verdict = fallback_verdict(mode, f"the judge call failed: {exc}", result_text)
     else:
         usage = _usage(completion, deps.provider)
-        deps.store.put_text(completion.text, "md")
+        refs["reply_ref"] = _put_reply(deps, "judge", state["round"], completion, usage)
         try:
             verdict = parse_verdict(completion.text, mode)
         except VerdictError as exc:
             verdict = fallback_verdict(mode, f"malformed judge reply: {exc}", result_text)
-    return {"verdict_ref": deps.store.put_json(verdict_to_dict(verdict)), "usage": usage}
+    refs["verdict_ref"] = deps.store.put_json(verdict_to_dict(verdict))
+    return {"verdict_ref": refs["verdict_ref"], "judge_refs": refs, "usage": usage}
 
 
 # ----- finish -----------------------------------------------------------------------------------
@@ -307,6 +313,12 @@ def _usage(completion: Completion, provider: Provider) -> dict[str, Any]:
     return {"input_tokens": completion.usage.input_tokens, "output_tokens": completion.usage.output_tokens,
             "cost_usd": completion.usage.cost_usd, "calls": 1, "retries": completion.retries,
             "unpriced_models": unpriced}
+
+
+def _put_reply(deps: Deps, role: str, rnd: int, completion: Completion, usage: dict[str, Any]) -> str:
+    """Keep a reply with what it cost (tokens and dollars per call)."""
+    return deps.store.put_json({"role": role, "round": rnd, "model": completion.model, "text": completion.text,
+                                "usage": usage})
 
 
 def _source(deps: Deps, kernel: KernelRef) -> str:

@@ -51,7 +51,8 @@ class RoundRecord(TypedDict, total=False):
     best_speedup: float | None
     outcome: str  # new best | kept as base | reverted | not kept | ...
     verdict: str | None  # one line of the verdict that led to this round
-    cost_usd: float
+    cost_usd: float  # of the run so far
+    refs: dict[str, Any]  # artifact references: prompt, reply, candidate, result, verdict, judge
 
 
 def add_usage(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:
@@ -75,6 +76,7 @@ class RunState(TypedDict, total=False):
     base: KernelRef | None  # the kernel the next coder call edits
     best: KernelRef | None  # the fastest accepted kernel so far
     verdict_ref: str | None  # the verdict the next coder call follows
+    judge_refs: dict[str, Any] | None  # the judge's prompt and reply behind verdict_ref
     needs_judge: bool  # False when the round's verdict was written without the judge
     pending: Pending | None
     failed_repairs: int

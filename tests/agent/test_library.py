@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from agentforge.evaluator.result import TimingConfig
 from typer.testing import CliRunner
 
@@ -38,6 +39,7 @@ class ModelNew(torch.nn.Module):
 '''
 
 
+@pytest.mark.slow
 def test_library_provider_end_to_end(tmp_path: Path, kernels):
     tasks = tmp_path / "tasks" / "level1"
     tasks.mkdir(parents=True)

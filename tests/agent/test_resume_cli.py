@@ -32,6 +32,7 @@ def _wait_for(path_glob, predicate, timeout_s: float, proc: subprocess.Popen) ->
     pytest.fail("the run never reached the point to kill it at")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_kill_9_then_resume_finishes_without_redoing_rounds(tmp_path, relu_task, scripted, kernels,
                                                           round_script):
