@@ -171,8 +171,20 @@ def _uid_text(drop: int | None) -> str:
     return f"uid={drop}" if drop is not None else f"uid={os.geteuid()}(userns)"
 
 
+FRESH_TMPFS = ("/tmp", "/dev/shm")  # private in the sandbox: what the child reads there is bound back
+
+
+def _under(path: str, tops: Iterable[str]) -> bool:
+    return any(path.startswith(top.rstrip("/") + "/") for top in tops)
+
+
+def _masks_and_binds(read: list[str], write: list[str], drop: int | None) -> tuple[list[str], list[str]]:
+    masks, binds = _masks(read, write, drop)
+    return masks, _outermost([*binds, *(p for p in read if _under(p, FRESH_TMPFS))])
+
+
 def _bwrap(workdir: str, cache_dir: str, read: list[str], drop: int | None) -> IsolationPlan:
-    masks, binds = _masks(read, [workdir, cache_dir], drop)
+    masks, binds = _masks_and_binds(read, [workdir, cache_dir], drop)
     argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev"]
     for node in gpu_device_nodes():
         argv += ["--dev-bind", node, node]
@@ -180,7 +192,7 @@ def _bwrap(workdir: str, cache_dir: str, read: list[str], drop: int | None) -> I
     for mask in masks:
         argv += ["--tmpfs", mask]
     # bwrap creates missing mount points 0700; the sandbox uid must traverse them.
-    for directory in _dirs_inside(["/tmp", *masks], [*binds, workdir, cache_dir]):
+    for directory in _dirs_inside([*FRESH_TMPFS, *masks], [*binds, workdir, cache_dir]):
         argv += ["--perms", "0755", "--dir", directory]
     for path in binds:
         argv += ["--ro-bind", path, path]
@@ -195,7 +207,7 @@ def _bwrap(workdir: str, cache_dir: str, read: list[str], drop: int | None) -> I
 
 
 def _unshare(workdir: str, cache_dir: str, read: list[str], drop: int | None) -> IsolationPlan:
-    masks, binds = _masks(read, [workdir, cache_dir], drop)
+    masks, binds = _masks_and_binds(read, [workdir, cache_dir], drop)
     argv = ["unshare", "--mount", "--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child",
             "--mount-proc"]
     if drop is None:

@@ -70,8 +70,8 @@ def _readonly_all(writable: set[str]) -> None:
 def apply_mounts(ops: Sequence[MountOp]) -> None:
     """Carry out `ops` in order in this (private) mount namespace.
 
-    `readonly-all` spares the targets of `bind` and `tmpfs` ops, so it goes last; `mask` is a
-    tmpfs that becomes read-only with the rest.
+    `readonly-all` spares the targets of `bind` and `tmpfs` ops, so it goes last; `mask` tmpfs
+    and `ro-bind` targets become read-only with the rest.
     """
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     writable = {op.dst for op in ops if op.kind in ("bind", "tmpfs")}
@@ -87,8 +87,7 @@ def apply_mounts(ops: Sequence[MountOp]) -> None:
             elif op.kind in ("bind", "ro-bind"):
                 os.makedirs(op.dst, exist_ok=True)
                 _mount(f"/proc/self/fd/{sources[op.src]}", op.dst, None, MS_BIND | MS_REC)
-                if op.kind == "ro-bind":
-                    _mount(None, op.dst, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+                # ro-bind turns read-only with everything else at readonly-all
             else:
                 raise ValueError(f"unknown mount op {op.kind!r}")
     finally:
