@@ -158,7 +158,7 @@ def plan(requested: str, workdir: str, cache_dir: str, read_paths: list[str], ui
         return _unshare(workdir, cache_dir, read, drop)
     # No mount namespace: a uid that cannot reach the interpreter cannot run it; stay as we are,
     # and give the child a cache it can write when the configured one is out of its reach.
-    if drop is not None and any(blocking_ancestor(p, drop) for p in read):
+    if drop is not None and any(blocking_ancestor(p, drop) for p in [*read, workdir]):
         drop = None
     if drop is not None and blocking_ancestor(cache_dir, drop):
         cache_dir = fallback_cache
