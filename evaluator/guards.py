@@ -5,13 +5,19 @@
 * `TamperSnapshot`: identities of the functions the harness relies on (timers, comparisons,
   synchronisation, module call machinery, the evaluator's own functions) and the process-wide
   precision switches, taken before the candidate executes and compared afterwards.
-* `ConcurrencyWatch`: Python threads and child processes the candidate leaves running.
+  Functions are compared by identity and by their code, defaults and closure, so a patch that
+  swaps `__code__` in place is seen too.
+* `ConcurrencyWatch`: Python threads and child processes the candidate leaves running, checked at
+  the end and (by `still_running`) the moment each call returns.
+* `ModuleCallWatch`: the classes of every `nn.Module` called while active (a call to the
+  reference `Model` from inside `ModelNew`, however it was found).
 * `inspect_outputs`: outputs must be plain `torch.Tensor`s with their own storage.
 """
 
 from __future__ import annotations
 
 import builtins
+import hashlib
 import inspect
 import os
 import sys
@@ -69,10 +75,18 @@ _WATCHED_ATTRIBUTES: tuple[tuple[Any, str], ...] = (
     (torch.cuda, "Event"), (torch.cuda, "current_stream"), (torch.cuda, "Stream"),
     (time, "perf_counter"), (time, "perf_counter_ns"), (time, "monotonic"), (time, "monotonic_ns"),
     (time, "time"), (builtins, "isinstance"), (builtins, "type"), (builtins, "len"),
+    (torch, "isinf"), (torch, "equal"), (torch, "from_numpy"), (torch.Tensor, "detach"), (torch.Tensor, "cpu"),
+    (torch.Tensor, "contiguous"), (torch.Tensor, "numpy"), (torch.Tensor, "view"), (torch.Tensor, "any"),
+    (torch.Tensor, "sum"), (torch.Tensor, "max"), (torch.Tensor, "__gt__"), (torch.Tensor, "__getitem__"),
+    (torch.Tensor, "clamp_min"), (torch.Tensor, "untyped_storage"), (torch.Tensor, "is_floating_point"),
+    (torch.Tensor, "__torch_dispatch__"), (torch.Tensor, "mul_"), (torch.nn.Module, "state_dict"),
+    (torch.nn.Module, "__getattr__"), (torch.random, "fork_rng"), (hashlib, "sha256"), (threading, "enumerate"),
+    (os, "listdir"), (builtins, "open"), (builtins, "float"), (builtins, "bool"), (builtins, "max"),
 )
 
 
-def _precision_switches() -> dict[str, Any]:
+def precision_switches() -> dict[str, Any]:
+    """The process-wide switches that change fp32 results (TF32, matmul precision, default dtype)."""
     return {
         "torch.backends.cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
         "torch.backends.cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
@@ -96,22 +110,38 @@ def _evaluator_functions() -> dict[str, Any]:
     return ids
 
 
+def _identity(value: Any) -> tuple[Any, ...]:
+    """What must stay the same for a function to be the same function: the object itself and,
+    for Python functions (plain, static, class or bound), the parts that can be swapped in place."""
+    target = value
+    if isinstance(target, staticmethod | classmethod):
+        target = target.__func__
+    target = getattr(target, "__func__", target)
+    if inspect.isfunction(target):
+        return (value, target.__code__, target.__defaults__, target.__kwdefaults__, target.__closure__)
+    return (value,)
+
+
+def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
 @dataclass
 class TamperSnapshot:
-    objects: dict[str, Any] = field(default_factory=dict)  # the raw attribute objects, compared with `is`
+    objects: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # `_identity` of each, compared with `is`
     switches: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def take(cls) -> TamperSnapshot:
-        objects = {f"{getattr(owner, '__name__', owner)}.{attr}": inspect.getattr_static(owner, attr, None)
-                   for owner, attr in _WATCHED_ATTRIBUTES}
-        objects.update(_evaluator_functions())
-        return cls(objects, _precision_switches())
+        raw = {f"{getattr(owner, '__name__', owner)}.{attr}": inspect.getattr_static(owner, attr, None)
+               for owner, attr in _WATCHED_ATTRIBUTES}
+        raw.update(_evaluator_functions())
+        return cls({k: _identity(v) for k, v in raw.items()}, precision_switches())
 
     def changes(self) -> tuple[list[str], list[str]]:
         """(patched functions, changed precision switches) since the snapshot."""
         now = TamperSnapshot.take()
-        patched = sorted(k for k, v in self.objects.items() if now.objects.get(k, v) is not v)
+        patched = sorted(k for k, v in self.objects.items() if not _same(now.objects.get(k, v), v))
         switched = sorted(f"{k}: {self.switches[k]!r} -> {now.switches[k]!r}"
                           for k in self.switches if now.switches[k] != self.switches[k])
         return patched, switched
@@ -147,6 +177,40 @@ class ConcurrencyWatch:
                  if t.is_alive() and (t.ident or 0) not in self.threads]
         found += [f"child process {pid} still running" for pid in sorted(_child_pids() - self.children)]
         return found
+
+    def still_running(self, when: str) -> list[str]:
+        """Threads and processes started since `start()` that are alive now, `when` (e.g. "when
+        forward returned"): work a call left behind, even if it finishes before anyone looks again."""
+        return [f"{item} {when}" for item in self.leftovers()]
+
+
+# ----- calls of other modules ---------------------------------------------------------------
+class ModuleCallWatch:
+    """Records the class of every `nn.Module` called while active (a global forward pre-hook)."""
+
+    def __init__(self) -> None:
+        self.classes: set[type] = set()
+        self._handle: Any = None
+
+    def _hook(self, module: torch.nn.Module, args: Any) -> None:
+        self.classes.add(type(module))
+
+    def __enter__(self) -> ModuleCallWatch:
+        self._handle = torch.nn.modules.module.register_module_forward_pre_hook(self._hook)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+
+    def called(self, reference_cls: type) -> list[str]:
+        """Names of the called classes that are the reference, built on it, or defined by any loaded task
+        file (another load of the same task is the same reference)."""
+        task_prefix = reference_cls.__module__.rstrip("0123456789")
+        return sorted(f"{c.__module__}.{c.__qualname__}" for c in self.classes
+                      if issubclass(c, reference_cls) or (task_prefix and c.__module__.startswith(task_prefix)
+                                                          and c.__module__[len(task_prefix):].isdigit()))
 
 
 # ----- outputs ------------------------------------------------------------------------------

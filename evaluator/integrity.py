@@ -7,6 +7,7 @@ Static rules read the candidate's source (AST); dynamic rules turn the run-time 
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 
 from agentforge.evaluator.result import Flag
@@ -27,6 +28,9 @@ RULES: dict[str, str] = {
     "monkey_patch": "the candidate replaced functions of torch, the timer or the evaluator",
     "precision_switch": "the candidate changed process-wide precision switches (TF32, default dtype)",
     "forbidden_introspection": "the candidate inspects frames, the garbage collector or the harness",
+    "dynamic_import": "the candidate imports modules by computed names (__import__, importlib), hiding what it uses",
+    "library_fallback": "the candidate computes with another library (numpy, SciPy, JAX, BLAS, cuBLAS, cuDNN)",
+    "fast_math": "the candidate turns on fast-math from its source (pragma, attribute, flag in a string)",
     "shape_specialised": "correct on the default shape but not on other shape variants",
     "l2_persistence": "the candidate set a persisting-L2 carve-out or access window",
     "below_speed_of_light": "measured time below the task's speed-of-light floor",
@@ -38,7 +42,26 @@ _TORCH_ROOTS = {"torch", "F", "nn", "functional"}
 _INTROSPECTION = {"gc", "inspect", "traceback"}
 _INTROSPECTION_CALLS = {"_getframe", "currentframe", "get_objects", "get_referrers", "settrace", "setprofile"}
 _BACKGROUND = {"threading", "multiprocessing", "concurrent", "subprocess", "_thread", "asyncio"}
-_PATCH_TARGETS = {"torch", "time", "builtins", "agentforge", "F", "nn", "sys", "os"}
+_PATCH_TARGETS = {"torch", "time", "builtins", "agentforge", "F", "nn", "sys", "os", "gc", "threading", "hashlib",
+                  "random", "math", "ctypes", "importlib", "numpy"}
+# Writing these attributes changes a function or object in place, past identity checks.
+_DUNDER_PATCHES = {"__code__", "__defaults__", "__kwdefaults__", "__globals__", "__dict__", "__class__", "__bases__",
+                   "__call__", "__torch_function__", "__torch_dispatch__", "__getattribute__", "__getattr__"}
+# The one part of the evaluator a candidate may import: the build helpers.
+_ALLOWED_AGENTFORGE = ("agentforge.evaluator.native",)
+_PROCESS_CALLS = {"fork", "forkpty", "system", "popen", "posix_spawn", "posix_spawnp", "spawnl", "spawnle", "spawnlp",
+                  "spawnlpe", "spawnv", "spawnve", "spawnvp", "spawnvpe", "execv", "execve", "execl", "execle",
+                  "execlp", "execvp", "execvpe", "register_at_fork"}
+_DYNAMIC_IMPORT_CALLS = {"__import__", "import_module", "find_spec", "module_from_spec", "exec_module", "load_module"}
+_LIBRARY_MODULES = {"numpy", "scipy", "jax", "jaxlib", "tensorflow", "sklearn", "cupyx", "mkl", "onnxruntime"}
+# In string constants (C/C++/CUDA sources, flag lists): library calls and fast-math switches.
+_LIBRARY_TEXT = re.compile(r"\b(cblas_\w+|cublas\w*|cublasLt\w*|cudnn\w*|openblas|mkl_\w+|dnnl\w*|oneDNN|libblas|"
+                           r"liblapack)", re.IGNORECASE)
+_FAST_MATH_TEXT = re.compile(r"(fast[-_]math|-Ofast|unsafe-math-optimizations|associative-math|reciprocal-math|"
+                             r"finite-math-only|prec-div\s*=\s*(false|0)|prec-sqrt\s*=\s*(false|0)|"
+                             r"#\s*pragma\s+GCC\s+optimize|__attribute__\s*\(\(\s*optimize|"
+                             r"#\s*pragma\s+clang\s+fp\s+(reassociate|contract\s*\(\s*fast))", re.IGNORECASE)
+_C_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -59,12 +82,34 @@ def static_findings(source: str) -> list[StaticFinding]:
         tree = ast.parse(source)
     except SyntaxError:
         return []
+    aliases = _import_aliases(tree)
     findings: list[StaticFinding] = []
     findings += _reference_reuse(tree)
     findings += _try_except_fallback(tree)
     findings += _imports(tree)
-    findings += _patching(tree)
+    findings += _patching(tree, aliases)
+    findings += _calls(tree, aliases)
+    findings += _strings(tree)
     return findings
+
+
+def _import_aliases(tree: ast.Module) -> dict[str, str]:
+    """Local name -> the top-level module it stands for (`import torch.nn as tnn` maps tnn to torch,
+    `from agentforge.evaluator import compare` maps compare to agentforge)."""
+    aliases: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                aliases[a.asname or a.name.split(".")[0]] = a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for a in node.names:
+                aliases[a.asname or a.name] = node.module.split(".")[0]
+    return aliases
+
+
+def _resolved_root(node: ast.AST, aliases: dict[str, str]) -> str | None:
+    root = _root_name(node)
+    return aliases.get(root, root) if root is not None else None
 
 
 def _root_name(node: ast.AST) -> str | None:
@@ -86,6 +131,11 @@ def _reference_reuse(tree: ast.Module) -> list[StaticFinding]:
             found.append(StaticFinding("reference_reuse", f"line {node.lineno} refers to the reference `Model`"))
         if isinstance(node, ast.ImportFrom) and any(a.name == "Model" for a in node.names):
             found.append(StaticFinding("reference_reuse", f"line {node.lineno} imports a `Model`"))
+        if isinstance(node, ast.Attribute) and node.attr == "Model" and isinstance(node.ctx, ast.Load):
+            found.append(StaticFinding("reference_reuse", f"line {node.lineno} reads `.Model` from another module"))
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
+                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value == "Model"):
+            found.append(StaticFinding("reference_reuse", f"line {node.lineno} looks up `Model` by name"))
     return _dedupe(found)
 
 
@@ -118,12 +168,74 @@ def _imports(tree: ast.Module) -> list[StaticFinding]:
                 found.append(StaticFinding("forbidden_introspection", f"line {node.lineno} imports {name}"))
             if name in _BACKGROUND:
                 found.append(StaticFinding("background_work", f"line {node.lineno} imports {name}"))
+            if name in _LIBRARY_MODULES:
+                found.append(StaticFinding("library_fallback", f"line {node.lineno} imports {name}"))
+        for full in _imported_modules(node):
+            if full.split(".")[0] == "agentforge" and not full.startswith(_ALLOWED_AGENTFORGE):
+                found.append(StaticFinding("forbidden_introspection",
+                                           f"line {node.lineno} imports the harness ({full})"))
+            if full == "importlib":
+                found.append(StaticFinding("dynamic_import", f"line {node.lineno} imports importlib"))
         if isinstance(node, ast.Attribute) and node.attr in _INTROSPECTION_CALLS:
+            found.append(StaticFinding("forbidden_introspection", f"line {node.lineno} uses .{node.attr}"))
+        if isinstance(node, ast.Attribute) and node.attr in ("modules", "f_back", "f_locals", "f_globals", "gi_frame",
+                                                             "tb_frame", "cr_frame", "__subclasses__"):
             found.append(StaticFinding("forbidden_introspection", f"line {node.lineno} uses .{node.attr}"))
     return _dedupe(found)
 
 
-def _patching(tree: ast.Module) -> list[StaticFinding]:
+def _imported_modules(node: ast.AST) -> list[str]:
+    """Full dotted names a statement imports (`from a.b import c` gives a.b and a.b.c)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        return [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+    return []
+
+
+def _calls(tree: ast.Module, aliases: dict[str, str]) -> list[StaticFinding]:
+    """Processes started through `os`, imports by computed name, tensors handed to numpy."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        root = _resolved_root(func, aliases) if isinstance(func, ast.Attribute) else None
+        if name in _PROCESS_CALLS and root in ("os", "pty"):
+            found.append(StaticFinding("background_work", f"line {node.lineno} calls {ast.unparse(func)}"))
+        if name in _DYNAMIC_IMPORT_CALLS:
+            found.append(StaticFinding("dynamic_import", f"line {node.lineno} calls {ast.unparse(func)}"))
+        if name == "numpy" and isinstance(func, ast.Attribute) and not node.args:
+            found.append(StaticFinding("library_fallback", f"line {node.lineno} hands a tensor to numpy "
+                                                           f"({ast.unparse(func)})"))
+        if isinstance(func, ast.Name) and func.id in ("getattr", "setattr") and len(node.args) >= 2:
+            attr = node.args[1]
+            if isinstance(attr, ast.Constant) and attr.value in ("__import__", "_getframe", "get_objects"):
+                found.append(StaticFinding("dynamic_import" if attr.value == "__import__" else
+                                           "forbidden_introspection", f"line {node.lineno} looks up {attr.value}"))
+    return _dedupe(found)
+
+
+def _strings(tree: ast.Module) -> list[StaticFinding]:
+    """String constants (the C/C++/CUDA sources and flag lists), comments stripped: BLAS/cuBLAS/cuDNN
+    calls and fast-math switches set from inside the source, where the build's flag check cannot see them."""
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+            continue
+        text = _C_COMMENT.sub("", node.value)
+        library = _LIBRARY_TEXT.search(text)
+        if library:
+            found.append(StaticFinding("library_fallback", f"line {node.lineno}: a string names {library.group(0)}"))
+        fast = _FAST_MATH_TEXT.search(text)
+        if fast:
+            found.append(StaticFinding("fast_math", f"line {node.lineno}: a string sets {fast.group(0)!r}"))
+    return _dedupe(found)
+
+
+def _patching(tree: ast.Module, aliases: dict[str, str] | None = None) -> list[StaticFinding]:
+    aliases = aliases or {}
     found = []
     for node in ast.walk(tree):
         targets: list[ast.AST] = []
@@ -131,12 +243,22 @@ def _patching(tree: ast.Module) -> list[StaticFinding]:
             targets = list(node.targets)
         elif isinstance(node, ast.AugAssign | ast.AnnAssign):
             targets = [node.target]
+        elif isinstance(node, ast.Delete):
+            targets = list(node.targets)
         for target in targets:
-            if isinstance(target, ast.Attribute) and _root_name(target) in _PATCH_TARGETS:
+            if not isinstance(target, ast.Attribute):
+                continue
+            if _resolved_root(target, aliases) in _PATCH_TARGETS or target.attr in _DUNDER_PATCHES:
                 found.append(StaticFinding("monkey_patch", f"line {node.lineno} assigns {ast.unparse(target)}"))
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr"
-                and node.args and _root_name(node.args[0]) in _PATCH_TARGETS):
-            found.append(StaticFinding("monkey_patch", f"line {node.lineno} calls setattr on {ast.unparse(node.args[0])}"))
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args):
+            continue
+        if node.func.id in ("setattr", "delattr"):
+            owner = _resolved_root(node.args[0], aliases)
+            attr = node.args[1] if len(node.args) > 1 else None
+            dunder = isinstance(attr, ast.Constant) and attr.value in _DUNDER_PATCHES
+            if owner in _PATCH_TARGETS or dunder or not isinstance(attr, ast.Constant):
+                found.append(StaticFinding("monkey_patch",
+                                           f"line {node.lineno} calls {node.func.id} on {ast.unparse(node.args[0])}"))
     return _dedupe(found)
 
 

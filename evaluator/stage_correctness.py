@@ -7,6 +7,10 @@ its inputs are fingerprinted before and after; its outputs must be plain tensors
 the reference computed, in float64 (float32 for half-precision tasks), on pristine copies.
 The first trial of each shape also runs the candidate again on the same inputs (a moving
 result) and on new contents written into the same buffers (a cached result).
+
+Every candidate call is watched (`_call_candidate`): the aten ops it dispatches, the modules it
+calls (the reference `Model`, however found), threads or processes still running the moment it
+returns, and whether the harness's own functions are still the ones this module saw at import.
 """
 
 from __future__ import annotations
@@ -19,7 +23,14 @@ from typing import Any
 import torch
 from agentforge.evaluator import device_state
 from agentforge.evaluator.compare import compare
-from agentforge.evaluator.guards import OpRecorder, inspect_outputs
+from agentforge.evaluator.guards import (
+    ConcurrencyWatch,
+    ModuleCallWatch,
+    OpRecorder,
+    TamperSnapshot,
+    inspect_outputs,
+    precision_switches,
+)
 from agentforge.evaluator.result import CorrectnessRecord
 
 from agentforge.task import Task
@@ -89,8 +100,33 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _call_candidate(candidate: Any, inputs: list[Any], reference_cls: type, where: str,
+                    outcome: CorrectnessOutcome) -> Any:
+    """One watched call of the candidate; what it did wrong goes to `outcome.evidence`."""
+    watch = ConcurrencyWatch.start()
+    switches = precision_switches()
+    with outcome.recorder, ModuleCallWatch() as modules:
+        out = candidate(*inputs)
+    outcome.evidence += [("background_work", item) for item in watch.still_running(f"when forward returned ({where})")]
+    called = modules.called(reference_cls)
+    if called:
+        outcome.evidence.append(("reference_reuse", f"{where}: ModelNew.forward called the reference "
+                                                    f"({', '.join(called)})"))
+    patched, _ = _HARNESS.changes()  # switches: compared with just before the call (the sandbox pins them)
+    if patched:
+        outcome.evidence.append(("monkey_patch", f"{where}: the call replaced " + ", ".join(patched[:10])))
+    now = precision_switches()
+    switched = [f"{k}: {v!r} -> {now[k]!r}" for k, v in switches.items() if now[k] != v]
+    if switched:
+        outcome.evidence.append(("precision_switch", f"{where}: " + "; ".join(switched)))
+    return out
+
+
 def check_shape(task: Task, model_cls: type, shape: str, shape_index: int, device: torch.device,
                 settings: CorrectnessSettings, outcome: CorrectnessOutcome, allowed_ops: tuple[str, ...]) -> None:
+    reference_cls = task.module.Model
+    if shape_index == 0 and isinstance(model_cls, type) and issubclass(model_cls, reference_cls):
+        outcome.evidence.append(("reference_reuse", "ModelNew is a subclass of the task's Model"))
     reference, candidate = build_models(task, model_cls, shape, settings.base_seed, device)
     reference_hi = copy.deepcopy(reference).to(settings.reference_dtype)
     outcome.models[shape] = (reference, candidate)
@@ -104,8 +140,7 @@ def check_shape(task: Task, model_cls: type, shape: str, shape_index: int, devic
         inputs = task.make_inputs(seed, shape, device)
         before = fingerprint(inputs)
         device_state.poison_free_memory(device)
-        with outcome.recorder:
-            out = candidate(*inputs)
+        out = _call_candidate(candidate, inputs, reference_cls, f"shape {shape}, seed {seed}", outcome)
         _sync(device)
         outputs = list(out) if isinstance(out, list | tuple) else [out]
         outcome.evidence += inspect_outputs(outputs, inputs)
@@ -120,7 +155,7 @@ def check_shape(task: Task, model_cls: type, shape: str, shape_index: int, devic
             max_rel_err=result.max_rel_err, failed_check=result.failed_check, message=result.message))
         if not result.passed or trial > 0 or not settings.extra_checks:
             continue
-        again = candidate(*inputs)
+        again = _call_candidate(candidate, inputs, reference_cls, f"shape {shape}, seed {seed}, again", outcome)
         _sync(device)
         if not compare(again, expected, task.dtype, **tol).passed:
             outcome.evidence.append(("nondeterministic_output",
@@ -135,7 +170,7 @@ def _probe_caching(task: Task, candidate: Any, reference_on: Any, inputs: list[A
     for buffer, value in zip(inputs, fresh, strict=True):
         if isinstance(buffer, torch.Tensor):
             buffer.copy_(value)
-    out = candidate(*inputs)
+    out = _call_candidate(candidate, inputs, task.module.Model, f"shape {shape}, refilled buffers", outcome)
     _sync(device)
     expected = reference_on(fresh)
     check = compare(out, expected, task.dtype, **tol)
@@ -149,3 +184,9 @@ def _probe_caching(task: Task, candidate: Any, reference_on: Any, inputs: list[A
             shape=shape, seed=fresh_seed, passed=False, max_abs_err=check.max_abs_err,
             max_rel_err=check.max_rel_err, failed_check=check.failed_check,
             message="in reused input buffers: " + check.message))
+
+
+# The harness as it was before any candidate ran: this module is imported by the pipeline before a
+# candidate executes, so these identities are trustworthy. Checked after every candidate call, which
+# also catches a patch the candidate removes again before the pipeline's final look.
+_HARNESS = TamperSnapshot.take()
