@@ -50,6 +50,12 @@ def measure(task: Task, shape: str, candidate: torch.nn.Module, reference: torch
         result = compare(output, expected, task.dtype, atol=tolerance[0], rtol=tolerance[1])
         return None if result.passed else f"repetition {rep}: {result.message or result.failed_check}"
 
+    def crosscheck(rep: int, output: Any, eager: Any) -> str | None:
+        # Against eager's output on the same buffers, at twice the tolerance (both sides carry their own
+        # rounding): catches a skipped or stale call on every repetition, not just the re-checked ones.
+        result = compare(output, eager, task.dtype, atol=2 * tolerance[0], rtol=2 * tolerance[1])
+        return None if result.passed else f"repetition {rep}, against eager: {result.message or result.failed_check}"
+
     subjects = [timing.Subject("candidate", candidate)]
     if "eager" in baselines:
         subjects.append(timing.Subject("eager", reference))
@@ -61,7 +67,8 @@ def measure(task: Task, shape: str, candidate: torch.nn.Module, reference: torch
                 subjects.append(timing.Subject(f"compile-{mode}", fn))
             except Exception as exc:
                 notes.append(f"torch.compile mode={mode} failed: {type(exc).__name__}: {str(exc)[:200]}")
-    run = timing.run_interleaved(subjects, buffers, refill, device, config, recheck, seed=seed)
+    run = timing.run_interleaved(subjects, buffers, refill, device, config, recheck, seed=seed,
+                                 crosscheck=crosscheck if config.recheck_fraction > 0 else None)
     evidence = [("timed_output_mismatch", f) for f in run.recheck_failures[:3]]
     cand = run.subjects["candidate"]
     if device.type == "cuda":

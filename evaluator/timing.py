@@ -108,15 +108,20 @@ def _time_call_cpu(fn: Callable[..., Any], args: list[Any]) -> tuple[float, floa
 def run_interleaved(
     subjects: list[Subject], buffers: list[Any], refill: Callable[[int], None], device: torch.device,
     config: TimingConfig, recheck: Callable[[int, Any], str | None] | None, seed: int = 0,
+    crosscheck: Callable[[int, Any, Any], str | None] | None = None,
 ) -> TimingRun:
     """Time all subjects, interleaved, until each one's standard error is under target or the
     time cap or max_reps is reached. `refill(rep)` writes fresh contents into `buffers`;
-    `recheck(rep, output)` returns a complaint for a wrong candidate output, else None."""
+    `recheck(rep, output)` returns a complaint for a wrong candidate output, else None; it runs on the
+    first repetition and on a secret random `recheck_fraction` of the others (a fixed schedule such as
+    "every 10th" is public and a candidate can compute only on those calls). `crosscheck(rep,
+    candidate_output, eager_output)` runs on every repetition where both subjects ran: cheap, since
+    eager's output on the same buffers is already there."""
     cuda = device.type == "cuda"
     timer = _time_call_cuda if cuda else _time_call_cpu
     flush = CacheFlusher(device, config.flush_l2)
     rng = random.Random(seed)
-    recheck_every = max(1, round(1 / config.recheck_fraction)) if config.recheck_fraction > 0 else 0
+    secret = random.SystemRandom()  # the re-check schedule: not derivable from the public seed
 
     for subject in subjects:  # warm-up, excluded
         for _ in range(config.warmup):
@@ -133,17 +138,26 @@ def run_interleaved(
             refill(rep)
         order = subjects[:]
         rng.shuffle(order)
+        kept: dict[str, Any] = {}
         for subject in order:
             flush()
             device_us, closed_us, out = timer(subject.fn, buffers)
             subject.samples_us.append(device_us)
             subject.closed_us.append(closed_us)
-            if subject.name == "candidate" and recheck is not None and recheck_every and rep % recheck_every == 0:
+            if subject.name in ("candidate", "eager") and crosscheck is not None:
+                kept[subject.name] = out
+            if (subject.name == "candidate" and recheck is not None and config.recheck_fraction > 0
+                    and (rep == 0 or secret.random() < config.recheck_fraction)):
                 rechecks += 1
                 complaint = recheck(rep, out)
                 if complaint:
                     failures.append(complaint)
             del out
+        if crosscheck is not None and len(kept) == 2:
+            complaint = crosscheck(rep, kept["candidate"], kept["eager"])
+            if complaint:
+                failures.append(complaint)
+        del kept
         rep += 1
         if rep >= config.min_reps and (
             _perf_counter_ns() > deadline
