@@ -14,11 +14,14 @@ import math
 import re
 import tokenize
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentforge.rl.prompts import KernelHistory, contrastive_prompt, plain_prompt
+
+if TYPE_CHECKING:
+    from agentforge.rl.service import RewardService
 
 
 @dataclass(frozen=True)
@@ -174,7 +177,7 @@ def smoke_rows(repeat: int = 8) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class VerifiedKernel:
-    """A kernel the evaluator accepted: an SFT warm-start example."""
+    """A kernel for the SFT warm start; only `verified` ones (accepted by the evaluator) teach."""
 
     task_name: str
     task_source: str
@@ -182,22 +185,37 @@ class VerifiedKernel:
     backend: str
     speedup: float | None
     origin: str  # reference-kernel | agent-run | smoke
+    verified: bool = False  # accepted by the evaluator (a stored record, or `verify`)
 
 
 def reference_kernels(tasks: Sequence[TaskItem], gpu: str | None = None) -> list[VerifiedKernel]:
-    """Shipped reference kernels of these tasks whose record says they were accepted."""
+    """Shipped reference kernels of these tasks. Those whose record says accepted come back
+    with `verified = True`; the others must pass `verify` before they teach anything."""
     from agentforge.kernel_library import list_kernels
 
     by_name = {t.name: t for t in tasks}
     found = []
     for kernel in list_kernels(gpu):
         task = by_name.get(kernel.task_name)
-        summary = (kernel.record or {}).get("summary", {})
-        if task is None or not summary.get("accepted", False):
+        if task is None:
             continue
-        found.append(VerifiedKernel(task.name, task.source, kernel.source, kernel.backend,
-                                    summary.get("speedup"), "reference-kernel"))
+        summary = (kernel.record or {}).get("summary", {})
+        found.append(VerifiedKernel(task.name, task.source, kernel.source, kernel.backend, summary.get("speedup"),
+                                    "reference-kernel", verified=bool(summary.get("accepted"))))
     return found
+
+
+def verify(kernels: Sequence[VerifiedKernel], service: RewardService) -> list[VerifiedKernel]:
+    """Kernels the evaluator accepts now (through the reward service); unverified ones are
+    evaluated, rejected ones dropped."""
+    from agentforge.rl.service import RewardRequest
+
+    pending = [k for k in kernels if not k.verified]
+    requests = [RewardRequest(k.task_name, k.task_source, f"```python\n{k.source}\n```") for k in pending]
+    records = service.score_sync(requests) if requests else []
+    accepted = [replace(k, speedup=r.speedup, verified=True) for k, r in zip(pending, records, strict=True)
+                if r.accepted]
+    return [k for k in kernels if k.verified] + accepted
 
 
 def store_kernels(url: str, tasks: Sequence[TaskItem]) -> list[VerifiedKernel]:
@@ -212,12 +230,15 @@ def store_kernels(url: str, tasks: Sequence[TaskItem]) -> list[VerifiedKernel]:
             source = ev.result.candidate_meta.get("source") if ev.accepted and task else None
             if task is not None and source:
                 found.append(VerifiedKernel(task.name, task.source, source, ev.result.backend, ev.speedup,
-                                            "agent-run"))
+                                            "agent-run", verified=True))
     return found
 
 
 def sft_rows(kernels: Sequence[VerifiedKernel]) -> list[dict[str, Any]]:
     """Prompt-completion rows: the plain prompt, and the verified kernel as the answer."""
+    unverified = [k.task_name for k in kernels if not k.verified]
+    if unverified:
+        raise ValueError(f"unverified kernels would teach unmeasured code: {unverified}; run verify first")
     return [
         {"prompt": plain_prompt(k.task_name, k.task_source, k.backend).text,
          "completion": f"```python\n{k.source.strip()}\n```", "task_name": k.task_name, "origin": k.origin}

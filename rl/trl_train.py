@@ -139,8 +139,8 @@ def train_grpo(config: RLConfig, *, evaluate_fn: Callable[[EvalJob], EvalResult]
     return _finish(config, trainer, records_path, asdict(service.stats))
 
 
-def train_sft(config: RLConfig, *, max_steps: int | None = None,
-              kernels: Sequence[Any] | None = None) -> TrainOutcome:
+def train_sft(config: RLConfig, *, max_steps: int | None = None, kernels: Sequence[Any] | None = None,
+              evaluate_fn: Callable[[EvalJob], EvalResult] | None = None) -> TrainOutcome:
     """Warm start on verified kernels (shipped reference kernels and accepted agent runs)."""
     from agentforge.rl import data
     from datasets import Dataset
@@ -149,7 +149,7 @@ def train_sft(config: RLConfig, *, max_steps: int | None = None,
 
     out = config.output_dir
     out.mkdir(parents=True, exist_ok=True)
-    rows = data.sft_rows(kernels if kernels is not None else sft_kernels(config))
+    rows = data.sft_rows(kernels if kernels is not None else sft_kernels(config, evaluate_fn))
     if not rows:
         raise RLConfigError("no verified kernels for these suites: nothing to fine-tune on")
     (out / "sft_dataset.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -169,24 +169,28 @@ def train_sft(config: RLConfig, *, max_steps: int | None = None,
     return _finish(config, trainer, out / "rewards.jsonl", {}, plot=False)
 
 
-def sft_kernels(config: RLConfig) -> list[Any]:
-    """Verified kernels of the configured tasks: the smoke problem's, or the suites' train split."""
+def sft_kernels(config: RLConfig, evaluate_fn: Callable[[EvalJob], EvalResult] | None = None) -> list[Any]:
+    """Verified kernels of the configured tasks: the smoke problem's known answer, or the suites'
+    train split (shipped reference kernels and accepted agent runs). Kernels without a record of
+    acceptance are evaluated now, through the reward service, and kept only if accepted."""
     from agentforge.rl import data
 
     if config.data.source == "smoke":
         from agentforge.rl.tiny import smoke_task, smoke_template
 
         name, source = smoke_task()
-        body = "v=v>0.0f?v:0.0f;"
-        kernel = smoke_template().replace("{completion}", body).strip().removeprefix("```python").rstrip("`")
-        return [data.VerifiedKernel(name, source, kernel.strip(), "cpu", None, "smoke")]
-    root = Path(config.data.tasks_root) if config.data.tasks_root else None
-    items = [it for suite in config.data.suites for it in data.load_suite(suite, root)]
-    train, _ = data.split(items, config.data.held_out_fraction, config.data.split_seed)
-    kernels = data.reference_kernels(train)
-    if config.data.results_url:
-        kernels += data.store_kernels(config.data.results_url, train)
-    return kernels
+        reply = smoke_template().replace("{completion}", "v=v>0.0f?v:0.0f;")
+        kernel = reply.strip().removeprefix("```python").removesuffix("```").strip()
+        candidates = [data.VerifiedKernel(name, source, kernel, "cpu", None, "smoke")]
+    else:
+        root = Path(config.data.tasks_root) if config.data.tasks_root else None
+        items = [it for suite in config.data.suites for it in data.load_suite(suite, root)]
+        train, _ = data.split(items, config.data.held_out_fraction, config.data.split_seed)
+        candidates = [k for k in data.reference_kernels(train) if k.backend == config.service.backend]
+        if config.data.results_url:
+            candidates += data.store_kernels(config.data.results_url, train)
+    service = RewardService(build_rewarder(config.reward), config.service, evaluate_fn=evaluate_fn)
+    return data.verify(candidates, service)
 
 
 def _finish(config: RLConfig, trainer: Any, records_path: Path, stats: dict[str, int],

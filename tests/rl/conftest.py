@@ -53,3 +53,10 @@ def result(status: Status = Status.OK, *, candidate_us: float = 100.0, eager_us:
 @pytest.fixture
 def make_result():
     return result
+
+
+@pytest.fixture(scope="session")
+def build_cache_dir(tmp_path_factory) -> str:
+    """A build cache of the RL tests' own: entries other runs left (under another uid, say) in the
+    shared one cannot change their verdicts."""
+    return str(tmp_path_factory.mktemp("rl-build-cache"))

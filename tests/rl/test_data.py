@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
 from agentforge.rl.data import (
     TaskItem,
     VerifiedKernel,
@@ -11,6 +14,7 @@ from agentforge.rl.data import (
     sft_rows,
     smoke_rows,
     split,
+    verify,
 )
 from agentforge.rl.prompts import InMemoryHistory, ScoredKernel
 
@@ -89,5 +93,25 @@ def test_rows_for_the_trainers():
     assert "2.00x vs eager" in contrastive[0]["prompt"]
     smoke = smoke_rows(3)
     assert len(smoke) == 3 and "{completion}" in smoke[0]["template"]
-    sft = sft_rows([VerifiedKernel("level1/op0", RELU, "class ModelNew: ...", "cuda", 1.5, "reference-kernel")])
+    kernel = VerifiedKernel("level1/op0", RELU, "class ModelNew: ...", "cuda", 1.5, "reference-kernel")
+    with pytest.raises(ValueError, match="unverified"):
+        sft_rows([kernel])
+    sft = sft_rows([replace(kernel, verified=True)])
     assert sft[0]["completion"].startswith("```python\nclass ModelNew")
+
+
+def test_verify_keeps_only_what_the_evaluator_accepts(make_result):
+    from agentforge.evaluator.result import EvalJob, Status
+    from agentforge.rl.rewards import build_rewarder
+    from agentforge.rl.service import RewardService
+
+    def evaluate(job):
+        return make_result(Status.OK if "good" in job.candidate_source else Status.MISMATCH, candidate_us=80.0)
+
+    service = RewardService(build_rewarder(), evaluate_fn=evaluate,
+                            job_factory=lambda req, code: EvalJob(req.task_name, req.task_source, code))
+    kernels = [VerifiedKernel("a", RELU, f"# {tag}\nclass ModelNew: ...", "cpu", None, "reference-kernel")
+               for tag in ("good", "bad")]
+    kept = verify(kernels, service)
+    assert [k.source.split()[1] for k in kept] == ["good"]
+    assert kept[0].verified and kept[0].speedup == 1.25

@@ -76,10 +76,10 @@ def _sandbox_ready() -> bool:
 
 @pytest.mark.slow  # about 80 s on 2 busy cores: each distinct kernel is a fresh sandbox child
 @pytest.mark.skipif(not _sandbox_ready(), reason="agentforge.sandbox.run is not available yet")
-def test_real_evaluator_rewards_vary_within_groups_and_weights_change(tmp_path):
+def test_real_evaluator_rewards_vary_within_groups_and_weights_change(tmp_path, build_cache_dir):
     from agentforge.rl.trl_train import train_grpo
 
-    config = smoke_config(tmp_path)
+    config = smoke_config(tmp_path, service={"sandbox_options": {"cache_dir": build_cache_dir}})
     before = initial_weights(config)
     outcome = train_grpo(config)
     out = outcome.output_dir
