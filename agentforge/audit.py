@@ -5,6 +5,8 @@ A task is degenerate when a kernel that does not compute the operator can still 
 - `nonfinite`: the reference output holds NaN or Inf (allclose then says little);
 - `constant`: the output barely changes across seeds (a kernel can return a stored tensor);
 - `tiny`: the output is within tolerance of zero (a kernel can return zeros);
+- `identity`: an output is within tolerance of one of the inputs (a kernel can return its
+  input: KernelBench's ReLU on `torch.rand` inputs, which are all positive);
 - `ignores-input` / `ignores-param`: perturbing one input or one parameter leaves the output
   within tolerance (a kernel can skip it).
 
@@ -23,10 +25,11 @@ from typing import Any
 
 import torch
 
-from agentforge.task import Task, TaskLoadError, Tolerance, flatten_tensors, load_task
+from agentforge.task import Task, TaskLoadError, Tolerance, flatten_tensors, load_task, task_name_for
 
-#: Elements (inputs + parameters + buffers) above which the audit does not run a task.
-DEFAULT_NUMEL_BUDGET = 1 << 25
+#: Elements (inputs, parameters, buffers and outputs) above which the audit does not run a task:
+#: about 64 MiB in fp32, so that intermediates of a few times that stay well within a laptop.
+DEFAULT_NUMEL_BUDGET = 1 << 24
 #: Buffers that do not feed the output of a module in eval mode.
 _INERT_BUFFERS = ("num_batches_tracked",)
 _SEEDS = (0, 1)
@@ -66,7 +69,7 @@ def audit_paths(paths: Iterable[Path], numel_budget: int = DEFAULT_NUMEL_BUDGET)
         try:
             task = load_task(path)
         except TaskLoadError as exc:
-            yield AuditReport(task=str(path), findings=(Finding("load", exc.problem),))
+            yield AuditReport(task=task_name_for(path), findings=(Finding("load", exc.problem),))
             continue
         yield audit_task(task, numel_budget=numel_budget)
 
@@ -76,7 +79,7 @@ def audit_task(task: Task, shape: str | None = None, numel_budget: int = DEFAULT
     start = time.perf_counter()
     try:
         shape = shape or task.smallest_shape()
-        numel = task.input_numel(shape)
+        numel = _estimated_numel(task, shape)
         if numel is not None and numel > numel_budget:
             return AuditReport(task.name, shape, skipped=f"{numel:,} elements exceed the budget of "
                                f"{numel_budget:,}", seconds=time.perf_counter() - start)
@@ -95,7 +98,7 @@ def _run_checks(task: Task, shape: str) -> tuple[list[Finding], list[str]]:
     inputs = task.make_inputs(_SEEDS[0], shape)
     base = _forward(model, inputs)
     findings: list[Finding] = []
-    checked = ["nonfinite", "tiny", "constant", "ignores-input", "ignores-param"]
+    checked = ["nonfinite", "tiny", "identity", "constant", "ignores-input", "ignores-param"]
 
     bad = [i for i, t in enumerate(base) if t.is_floating_point() and not torch.isfinite(t).all()]
     if bad:
@@ -108,6 +111,11 @@ def _run_checks(task: Task, shape: str) -> tuple[list[Finding], list[str]]:
         peak = max(float(t.abs().max()) if t.numel() else 0.0 for t in base)
         findings.append(Finding("tiny", f"zeros would pass: max |output| = {peak:.3g}, "
                                 f"atol {tol.atol:g}, rtol {tol.rtol:g}"))
+
+    for o, out in enumerate(base):
+        same = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and _close([out], [x], tol)]
+        if same:
+            findings.append(Finding("identity", f"output {o} equals input {same[0]}: returning it would pass"))
 
     other = _forward(task.make_model(_SEEDS[1], shape), task.make_inputs(_SEEDS[1], shape))
     if _close(base, other, tol):
@@ -131,6 +139,22 @@ def _run_checks(task: Task, shape: str) -> tuple[list[Finding], list[str]]:
         if not moved:
             findings.append(Finding("ignores-param", f"output does not move when {name} changes"))
     return findings, checked
+
+
+def _estimated_numel(task: Task, shape: str) -> int | None:
+    """Inputs, parameters and outputs of one call, sized on the meta device (the forward runs on
+    meta tensors, so nothing is computed or allocated); None when the task cannot be sized."""
+    numel = task.input_numel(shape)
+    if numel is None:
+        return None
+    try:
+        model = task.instantiate_on_meta(shape).to("meta")
+        with task.shape_variant(shape), torch.device("meta"):
+            inputs = task.module.get_inputs()
+        outputs = _forward(model, list(inputs))
+    except Exception:  # ops without a meta kernel (.item(), nonzero): inputs must do
+        return numel
+    return numel + sum(t.numel() for t in outputs)
 
 
 def _forward(model: torch.nn.Module, inputs: list[Any]) -> list[torch.Tensor]:
