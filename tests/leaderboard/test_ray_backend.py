@@ -160,3 +160,33 @@ def test_real_sandbox_on_the_nodes(cluster) -> None:
         shutil.rmtree(cache, ignore_errors=True)
     assert [r.status for r in results] == [Status.INTEGRITY_FLAG, Status.MISMATCH], [r.summary() for r in results]
     assert results[0].flags[0].rule == "torch_fallback"
+
+
+def test_leaderboard_eval_on_ray(cluster, tiny_tasks: Path, kernels: Path, tmp_path: Path) -> None:
+    """`leaderboard eval --ray` end to end: CLI, evaluator API, Ray tasks, node sandboxes, store."""
+    import shutil
+    import tempfile
+
+    from typer.testing import CliRunner
+
+    from agentforge.cli import app
+    from agentforge.store import ResultsStore
+
+    cache = tempfile.mkdtemp(prefix="agentforge-ray-cache-")
+    os.chmod(cache, 0o777)
+    url = f"sqlite:///{tmp_path / 'ray.db'}"
+    env = {"AGENTFORGE_TASKS_ROOT": str(tiny_tasks), "AGENTFORGE_CACHE_DIR": cache}
+    try:
+        out = CliRunner().invoke(app, [
+            "leaderboard", "eval", str(kernels), "--suite", "level1", "--name", "on-ray", "--ray", "local",
+            "--track", "hardened", "--backend", "cpu", "--device", "cpu", "--no-compile-baseline",
+            "--no-progress", "--results-url", url], env=env)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    assert out.exit_code == 0, out.output
+    assert "3 jobs, 0 already stored, 3 stored now" in out.output
+    with ResultsStore(url) as store:
+        rows = {(r.task, r.sample): r for r in store.evaluations(entry="on-ray")}
+    assert rows[("level1/1_ReLU", 0)].result.correct
+    assert rows[("level1/1_ReLU", 1)].status == "integrity_flag"
+    assert rows[("level1/2_Scale", 0)].status == "mismatch"
