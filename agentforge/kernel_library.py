@@ -34,7 +34,8 @@ class ReferenceKernel:
 
     @property
     def measured(self) -> bool:
-        return self.record is not None
+        """A record from a run on the kernel's own device (a compile-only record is not one)."""
+        return self.record is not None and bool(self.record.get("measured", True))
 
 
 def kernels_root() -> Path:
@@ -70,6 +71,17 @@ def find_kernel(task_name: str, backend: str, gpu: str | None = None, root: Path
         exact = [k for k in matches if k.gpu == gpu]
         matches = exact or matches
     return matches[0] if matches else None
+
+
+def select_kernels(gpu: str | None = None, task: str | None = None, root: Path | None = None
+                   ) -> list[ReferenceKernel]:
+    """Shipped kernels on `gpu` (every slug if None) whose task is `task`: an exact `level/name`,
+    or a bare name or substring (`relu`, `level1/`)."""
+    kernels = list_kernels(gpu, root)
+    if task is None:
+        return kernels
+    exact = [k for k in kernels if k.task_name == task or k.task_name.split("/", 1)[-1] == task]
+    return exact or [k for k in kernels if task.lower() in k.task_name.lower()]
 
 
 def variant_sources(kernel: ReferenceKernel, limit: int = 8) -> list[tuple[dict[str, Any], str]]:
@@ -127,3 +139,310 @@ def _load(folder: Path, slug: str) -> ReferenceKernel:
         task_name=f"{folder.parent.name}/{folder.name}", gpu=slug, backend=backend, path=folder,
         source=source, tunables=_tunables(source), record=record,
     )
+
+
+# ----- measuring and recording --------------------------------------------------------------
+# A record is what the hardened evaluator said about one shipped kernel on one machine:
+#   {"schema", "task", "gpu", "backend", "kernel_hash", "measured", "date", "machine", "versions",
+#    "track", "summary": {...}, "results": {shape: EvalResult.to_dict()}}
+# `measured` is true only when correctness and timing ran on the kernel's own device; a CUDA
+# kernel compiled without a GPU gets a compile-only record with no speedup in it.
+RECORD_SCHEMA = 1
+TABLE_START = "<!-- kernels-table:start -->"
+TABLE_END = "<!-- kernels-table:end -->"
+
+
+@dataclass(frozen=True)
+class MeasureOptions:
+    """How to re-measure shipped kernels. `device`: cpu, cuda or cuda:N (CUDA kernels get a
+    compile-only verdict when it is cpu); empty `shapes`: every shape variant of the task."""
+
+    device: str = "cpu"
+    baselines: tuple[str, ...] = ("eager", "compile")
+    compile_modes: tuple[str, ...] = ("default", "max-autotune")
+    shapes: tuple[str, ...] = ()
+    timing: Any = None  # an evaluator TimingConfig; None: the evaluator's defaults
+    cuda_arch: str = "sm_90a"
+    max_input_elements: int | None = None  # skip (and record as skipped) larger shape variants
+
+
+def skipped_shapes(task: Any, options: MeasureOptions) -> dict[str, str]:
+    """Shape variants this run leaves out, and why (too many input elements for the machine)."""
+    if options.max_input_elements is None:
+        return {}
+    skipped = {}
+    for shape in options.shapes or tuple(task.shapes):
+        numel = task.input_numel(shape)
+        if numel is not None and numel > options.max_input_elements:
+            skipped[shape] = f"{numel:,} input elements, over this run's budget of {options.max_input_elements:,}"
+    return skipped
+
+
+def kernel_task(kernel: ReferenceKernel, tasks_root: Path | None = None) -> Any:
+    """The Task a shipped kernel answers (`level1/relu` -> tasks/level1/relu.py)."""
+    from agentforge.task import load_task
+
+    return load_task(kernel.task_name, tasks_root)
+
+
+def will_measure(kernel: ReferenceKernel, device: str) -> bool:
+    """True when the kernel runs (correctness and timing) on `device`, false for compile-only."""
+    if kernel.backend == "cpu":
+        return True
+    return device.startswith("cuda")
+
+
+def evaluate_kernel(kernel: ReferenceKernel, task: Any, options: MeasureOptions,
+                    sandbox: Any = None) -> dict[str, Any]:
+    """The hardened evaluator's verdicts on a shipped kernel: one EvalResult per shape variant
+    (each timed on its own shape), or a single compile-only verdict when the kernel cannot run
+    here. Returns {shape or "compile-only": EvalResult}."""
+    from agentforge.candidate import Candidate, Provenance
+    from agentforge.evaluator.api import evaluate, make_job
+    from agentforge.evaluator.result import Measure
+
+    candidate = Candidate(kernel.source, backend=kernel.backend,
+                          provenance=Provenance(source="library", note=f"{kernel.gpu}/{kernel.task_name}"))
+    device = "cpu" if kernel.backend == "cpu" else options.device
+    if not will_measure(kernel, device):
+        job = make_job(task, candidate, device="cpu", compile_only=True, cuda_arch=options.cuda_arch,
+                       shapes=(task.smallest_shape(),))
+        return {"compile-only": evaluate(job, sandbox)}
+    measure = Measure(baselines=options.baselines, compile_modes=options.compile_modes)
+    results: dict[str, Any] = {}
+    skipped = skipped_shapes(task, options)
+    shapes = [s for s in options.shapes or tuple(task.shapes) if s not in skipped]
+    for shape in sorted(shapes, key=lambda s: (s != "default", s)):
+        job = make_job(task, candidate, device=device, shapes=(shape,), timing_shape=shape, measure=measure,
+                       timing=options.timing, cuda_arch=options.cuda_arch)
+        results[shape] = evaluate(job, sandbox)
+    return results
+
+
+def build_record(kernel: ReferenceKernel, results: dict[str, Any], skipped: dict[str, str] | None = None
+                 ) -> dict[str, Any]:
+    """The record.json of a kernel from its EvalResults (see RECORD_SCHEMA above); `skipped`:
+    shape variants left out of the run, with the reason."""
+    import datetime
+    import hashlib
+
+    if not results:
+        raise ValueError(f"no EvalResults for {kernel.gpu}/{kernel.task_name}: every shape variant was skipped")
+    measured = "compile-only" not in results
+    first = next(iter(results.values()))
+    prov = first.provenance
+    device = prov.device
+    summary = _measured_summary(results) if measured else _compile_summary(first)
+    if measured:
+        summary["skipped_shapes"] = dict(skipped or {})
+    return {
+        "schema": RECORD_SCHEMA,
+        "task": kernel.task_name,
+        "gpu": kernel.gpu,
+        "backend": kernel.backend,
+        "kernel_hash": hashlib.sha256(kernel.source.encode()).hexdigest()[:16],
+        "measured": measured,
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "track": prov.track,
+        "machine": {
+            "device": device.name if device else None,
+            "device_kind": device.kind if device else None,
+            "capability": device.capability if device else None,
+            "cores": device.count if device and device.kind == "cpu" else None,
+            "host": prov.host,
+            "load_average": _load_average(),
+        },
+        "versions": dict(prov.versions),
+        "summary": summary,
+        "results": {shape: result.to_dict() for shape, result in results.items()},
+    }
+
+
+def write_record(kernel: ReferenceKernel, record: dict[str, Any]) -> Path:
+    path = kernel.path / "record.json"
+    path.write_text(json.dumps(record, indent=1, sort_keys=False, allow_nan=False) + "\n")
+    return path
+
+
+def _stats(stats: Any) -> dict[str, Any] | None:
+    if stats is None:
+        return None
+    return {"median": stats.median_us, "mean": stats.mean_us, "stdev": stats.stdev_us, "min": stats.min_us,
+            "max": stats.max_us, "n": stats.n, "rel_stderr": stats.rel_stderr}
+
+
+def _best_compile(result: Any) -> tuple[str | None, Any]:
+    if result.timing is None:
+        return None, None
+    modes = [(s.median_us, k, s) for k, s in result.timing.baselines.items() if k.startswith("compile")]
+    if not modes:
+        return None, None
+    _, name, stats = min(modes, key=lambda m: m[0])
+    return name, stats
+
+
+def _geomean(values: list[float]) -> float | None:
+    import math
+
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values and all(v > 0 for v in values) else None
+
+
+def _measured_summary(results: dict[str, Any]) -> dict[str, Any]:
+    per_shape = {}
+    for shape, result in results.items():
+        compile_mode, compile_stats = _best_compile(result)
+        per_shape[shape] = {
+            "status": result.status.value,
+            "accepted": result.accepted,
+            "speedup": result.speedup,
+            "speedup_vs_compile": result.speedup_vs_compile,
+            "candidate_us": _stats(result.timing.candidate) if result.timing else None,
+            "eager_us": _stats(result.timing.baselines.get("eager")) if result.timing else None,
+            "compile_us": _stats(compile_stats),
+            "compile_mode": compile_mode,
+            "sol_fraction": result.roofline.sol_fraction if result.roofline else None,
+            "timing_method": result.timing.method if result.timing else None,
+            "flags": [f"{f.rule} ({f.severity})" for f in result.flags],
+            "notes": list(result.timing.notes) if result.timing else [],
+        }
+    accepted = bool(per_shape) and all(s["accepted"] for s in per_shape.values())
+    speedups = [s["speedup"] for s in per_shape.values() if s["speedup"] is not None]
+    vs_compile = [s["speedup_vs_compile"] for s in per_shape.values() if s["speedup_vs_compile"] is not None]
+    default = per_shape.get("default") or next(iter(per_shape.values()))
+    summary = {
+        "accepted": accepted,
+        "shapes": list(per_shape),
+        # Geometric means over the shape variants; None unless every variant was accepted.
+        "speedup": _geomean(speedups) if accepted and len(speedups) == len(per_shape) else None,
+        "speedup_vs_compile": (_geomean(vs_compile) if accepted and len(vs_compile) == len(per_shape)
+                               else None),
+        "speedup_default": default["speedup"],
+        "speedup_vs_compile_default": default["speedup_vs_compile"],
+        "sol_fraction": default["sol_fraction"],
+        "candidate_us": default["candidate_us"],
+        "eager_us": default["eager_us"],
+        "compile_us": default["compile_us"],
+        "per_shape": per_shape,
+    }
+    summary["targets"] = _targets(summary)
+    return summary
+
+
+def _targets(summary: dict[str, Any]) -> dict[str, Any]:
+    """Issue #8's per-kernel targets, and by how much each is missed."""
+    slower = {shape: s["speedup"] for shape, s in summary["per_shape"].items()
+              if s["speedup"] is not None and s["speedup"] < 1.0}
+    return {
+        "faster_than_eager_on_every_shape": summary["accepted"] and not slower,
+        "shapes_slower_than_eager": slower,
+        "faster_than_compile": (summary["speedup_vs_compile"] >= 1.0
+                                if summary["speedup_vs_compile"] is not None else None),
+    }
+
+
+def _compile_summary(result: Any) -> dict[str, Any]:
+    comp = result.compile
+    resources = [to_plain_resource(r) for r in (comp.resources if comp else ())]
+    return {
+        "accepted": False,  # correctness and timing await a GPU
+        "compiled": bool(comp and comp.ok),
+        "status": result.status.value,
+        "arch": comp.arch if comp else None,
+        "compile_seconds": comp.seconds if comp else None,
+        "resources": resources,
+        "max_registers": max((r["registers"] or 0 for r in resources), default=None),
+        "spill_bytes": sum((r["spill_store_bytes"] or 0) + (r["spill_load_bytes"] or 0) for r in resources),
+        "error": (f"{result.error.type}: {result.error.message}"[:500] if result.error else None),
+        "speedup": None,
+        "speedup_vs_compile": None,
+        "note": "compile-only verdict (nvcc, no GPU): correctness and timing await a GPU run",
+    }
+
+
+def to_plain_resource(resource: Any) -> dict[str, Any]:
+    return {"name": resource.name, "registers": resource.registers, "shared_bytes": resource.shared_bytes,
+            "stack_bytes": resource.stack_bytes, "spill_store_bytes": resource.spill_store_bytes,
+            "spill_load_bytes": resource.spill_load_bytes}
+
+
+def _load_average() -> list[float] | None:
+    import os
+
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        return None
+
+
+# ----- the results table ---------------------------------------------------------------------
+def summary_row(kernel: ReferenceKernel) -> dict[str, str]:
+    """One kernel's recorded figures as display strings (the same for the CLI and the README)."""
+    record = kernel.record or {}
+    summary = record.get("summary", {})
+    row = {"gpu": kernel.gpu, "task": kernel.task_name, "backend": kernel.backend}
+    if not record:
+        return {**row, "state": "no record", "accepted": "", "vs eager": "", "vs compile": "",
+                "time": "", "resources": "", "date": ""}
+    date = str(record.get("date", ""))[:10]
+    if not record.get("measured"):
+        regs = summary.get("max_registers")
+        spills = summary.get("spill_bytes")
+        compiled = "compiled" if summary.get("compiled") else "compile failed"
+        return {**row, "state": f"not measured ({compiled}, {summary.get('arch')})", "accepted": "awaits GPU",
+                "vs eager": "not measured", "vs compile": "not measured", "time": "",
+                "resources": f"{regs} regs, {spills} B spill" if regs is not None else "", "date": date}
+    cand = summary.get("candidate_us") or {}
+    time_text = f"{cand['median']:.1f} us ± {cand['stdev']:.1f}" if cand else ""
+    skipped = summary.get("skipped_shapes") or {}
+    measured_on = len(summary.get("per_shape", {}))
+    state = f"measured ({measured_on} of {measured_on + len(skipped)} shapes)" if skipped else "measured"
+    return {**row, "state": state, "accepted": "yes" if summary.get("accepted") else "no",
+            "vs eager": _x(summary.get("speedup")), "vs compile": _x(summary.get("speedup_vs_compile")),
+            "time": time_text, "resources": "", "date": date}
+
+
+def _x(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}x"
+
+
+TABLE_COLUMNS = ("gpu", "task", "backend", "state", "accepted", "vs eager", "vs compile", "time", "resources", "date")
+
+
+def render_table(kernels: list[ReferenceKernel]) -> str:
+    """The Markdown results table, from the records alone (deterministic for the same records)."""
+    rows = [summary_row(k) for k in sorted(kernels, key=lambda k: (k.gpu, k.task_name))]
+    lines = ["| " + " | ".join(TABLE_COLUMNS) + " |", "|" + "---|" * len(TABLE_COLUMNS)]
+    lines += ["| " + " | ".join(row[c] for c in TABLE_COLUMNS) + " |" for row in rows]
+    lines += ["", *_geomean_lines(kernels)]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _geomean_lines(kernels: list[ReferenceKernel]) -> list[str]:
+    lines = []
+    for gpu in sorted({k.gpu for k in kernels}):
+        mine = [k for k in kernels if k.gpu == gpu]
+        measured = [k for k in mine if k.record and k.record.get("measured")]
+        eager = [k.record["summary"]["speedup"] for k in measured if k.record["summary"].get("speedup")]
+        comp = [k.record["summary"]["speedup_vs_compile"] for k in measured
+                if k.record["summary"].get("speedup_vs_compile")]
+        text = f"**{gpu}**: {len(measured)} of {len(mine)} kernels measured"
+        if eager:
+            text += f"; geometric mean {_geomean(eager):.2f}x vs eager over {len(eager)}"
+        if comp:
+            text += f", {_geomean(comp):.2f}x vs the best torch.compile over {len(comp)}"
+        lines.append(text + ".")
+    return [line + "  " if i < len(lines) - 1 else line for i, line in enumerate(lines)]
+
+
+def update_readme(readme: Path, table: str) -> bool:
+    """Replace the text between the table markers of `readme`; True when it changed."""
+    text = readme.read_text() if readme.is_file() else f"# Reference kernels\n\n{TABLE_START}\n{TABLE_END}\n"
+    if TABLE_START not in text or TABLE_END not in text:
+        text = text.rstrip() + f"\n\n{TABLE_START}\n{TABLE_END}\n"
+    head, rest = text.split(TABLE_START, 1)
+    _, tail = rest.split(TABLE_END, 1)
+    new = f"{head}{TABLE_START}\n{table}{TABLE_END}{tail}"
+    if new == text:
+        return False
+    readme.write_text(new)
+    return True
