@@ -51,10 +51,11 @@ def run_cmd(
     entry = name or f"{settings.provider.name}/{settings.provider.model or 'default'}"
     suite_obj, held, options, store, executor = _prepare(settings, suite, holdout, track, ray,
                                                          compile_baseline=compile_baseline)
+    optimizer = _optimizer(settings, entry, suite_obj.name, options.device)
     with store:
-        report = run_suite(suite_obj, store=store, entry=entry, optimizer=_optimizer(settings, entry, suite_obj.name),
-                           options=options, executor=executor, holdout=held, workers=settings.sandbox.workers,
-                           progress=progress, provider=settings.provider.name, model=settings.provider.model)
+        report = run_suite(suite_obj, store=store, entry=entry, optimizer=optimizer, options=options,
+                           executor=executor, holdout=held, workers=settings.sandbox.workers, progress=progress,
+                           provider=settings.provider.name, model=settings.provider.model)
         _summary(report, entry)
         _print_standings(store, suite_obj.name, None)
 
@@ -194,14 +195,18 @@ def _prepare(
     return suite_obj, held, options, ResultsStore(settings.results_url), executor
 
 
-def _optimizer(settings: Any, entry: str, suite: str):
+def _optimizer(settings: Any, entry: str, suite: str, device: str):
     """One optimisation run per task through the agent loop (imported only when used). Each task
     gets a fixed run id, so a leaderboard run that was interrupted resumes the task's loop from
-    its last checkpoint instead of starting it again."""
+    its last checkpoint instead of starting it again. All loops evaluate through one GPU gate,
+    so parallel loops never time on the same GPU at once."""
     import re
     import time
 
+    from agentforge.leaderboard.gpu_gate import DeviceGate, gated_evaluate
     from agentforge.leaderboard.runner import OptimizeOutcome
+
+    evaluate = gated_evaluate(settings, DeviceGate(), device)
 
     def optimise(task: Any) -> OptimizeOutcome:
         from agentforge.agent.run import optimize
@@ -209,9 +214,9 @@ def _optimizer(settings: Any, entry: str, suite: str):
         run_id = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"leaderboard-{entry}-{suite}-{task.name}")
         started = time.monotonic()
         if (Path(settings.runs_dir).expanduser() / run_id / "run.json").is_file():
-            summary = optimize(None, settings, resume=run_id)
+            summary = optimize(None, settings, resume=run_id, evaluate=evaluate)
         else:
-            summary = optimize(str(task.path), settings, run_id=run_id)
+            summary = optimize(str(task.path), settings, run_id=run_id, evaluate=evaluate)
         return outcome_from_summary(summary, minutes=(time.monotonic() - started) / 60.0)
 
     return optimise
