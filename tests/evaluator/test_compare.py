@@ -1,0 +1,95 @@
+"""compare(): tolerances relative to the reference's magnitude, NaN/Inf, dtype, shape, output count."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from agentforge.evaluator.compare import compare, expected_dtype, same_result
+
+
+def ref64(*values: float) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float64)
+
+
+def cand32(*values: float) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float32)
+
+
+def test_within_atol_plus_rtol_passes_and_reports_errors() -> None:
+    result = compare(cand32(1.0001, -2.0), ref64(1.0, -2.0), torch.float32, atol=1e-4, rtol=1e-4)
+    assert result.passed
+    assert result.max_abs_err == pytest.approx(1e-4, rel=1e-2)
+    assert result.max_rel_err == pytest.approx(1e-4, rel=1e-2)
+
+
+def test_tolerance_scales_with_the_reference_magnitude() -> None:
+    big = compare(cand32(1000.05), ref64(1000.0), torch.float32, atol=1e-4, rtol=1e-4)
+    small = compare(cand32(0.05), ref64(0.0), torch.float32, atol=1e-4, rtol=1e-4)
+    assert big.passed  # 0.05 <= 1e-4 + 1e-4 * 1000
+    assert not small.passed and small.failed_check == "allclose"
+    assert "1 of 1 elements" in small.message
+
+
+def test_one_bad_element_fails() -> None:
+    cand = torch.zeros(1000, dtype=torch.float32)
+    cand[17] = 1.0
+    result = compare(cand, torch.zeros(1000, dtype=torch.float64), torch.float32, atol=1e-4, rtol=1e-4)
+    assert not result.passed and result.failed_check == "allclose" and result.max_abs_err == 1.0
+
+
+def test_nan_where_the_reference_is_finite_fails() -> None:
+    result = compare(cand32(float("nan"), 1.0), ref64(0.0, 1.0), torch.float32, atol=1e-2, rtol=1e-2)
+    assert not result.passed and result.failed_check == "nan"
+
+
+def test_matching_nan_and_inf_pass_but_a_wrong_inf_sign_fails() -> None:
+    inf, nan = float("inf"), float("nan")
+    assert compare(cand32(nan, inf, 1.0), ref64(nan, inf, 1.0), torch.float32, atol=1e-4, rtol=1e-4).passed
+    flipped = compare(cand32(nan, -inf, 1.0), ref64(nan, inf, 1.0), torch.float32, atol=1e-4, rtol=1e-4)
+    assert not flipped.passed and flipped.failed_check == "nan"
+    missing_nan = compare(cand32(0.0, 1.0), ref64(nan, 1.0), torch.float32, atol=1e-4, rtol=1e-4)
+    assert not missing_nan.passed and missing_nan.failed_check == "nan"
+
+
+def test_dtype_must_be_the_task_dtype() -> None:
+    result = compare(ref64(1.0), ref64(1.0), torch.float32, atol=1e-4, rtol=1e-4)
+    assert not result.passed and result.failed_check == "dtype"
+    half = compare(torch.tensor([1.0], dtype=torch.float16), ref64(1.0), torch.float32, atol=1, rtol=1)
+    assert not half.passed and half.failed_check == "dtype"
+    assert compare(ref64(1.0), ref64(1.0), torch.float32, atol=1e-4, rtol=1e-4, check_dtype=False).passed
+
+
+def test_expected_dtype() -> None:
+    assert expected_dtype(ref64(1.0), torch.float32) == torch.float32
+    assert expected_dtype(ref64(1.0), torch.float64) == torch.float64
+    assert expected_dtype(torch.tensor([1]), torch.float32) == torch.int64
+
+
+def test_shape_mismatch_fails_even_when_broadcastable() -> None:
+    result = compare(torch.zeros(4, 1), torch.zeros(4, 4, dtype=torch.float64), torch.float32, atol=1, rtol=1)
+    assert not result.passed and result.failed_check == "shape"
+
+
+def test_output_count_must_match() -> None:
+    result = compare((cand32(1.0), cand32(2.0)), ref64(1.0), torch.float32, atol=1e-4, rtol=1e-4)
+    assert not result.passed and result.failed_check == "output_count"
+    none = compare([], ref64(1.0), torch.float32, atol=1e-4, rtol=1e-4)
+    assert not none.passed and none.failed_check == "output_count"
+
+
+def test_tuples_compare_elementwise() -> None:
+    ok = compare((cand32(1.0), cand32(2.0)), (ref64(1.0), ref64(2.0)), torch.float32, atol=1e-4, rtol=1e-4)
+    bad = compare((cand32(1.0), cand32(2.5)), (ref64(1.0), ref64(2.0)), torch.float32, atol=1e-4, rtol=1e-4)
+    assert ok.passed
+    assert not bad.passed and "output 1" in bad.message
+
+
+def test_empty_outputs_pass() -> None:
+    assert compare(torch.zeros(0), torch.zeros(0, dtype=torch.float64), torch.float32, atol=0, rtol=0).passed
+
+
+def test_same_result_is_bitwise() -> None:
+    a = cand32(1.0, float("nan"))
+    assert same_result(a, a.clone())
+    assert not same_result(a, cand32(1.0 + 1e-7, float("nan")))
+    assert not same_result((a,), (a, a))

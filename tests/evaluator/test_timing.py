@@ -1,0 +1,170 @@
+"""Timing statistics, the interleaved order, the stopping rule and the re-checks, with fake subjects."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+import pytest
+import torch
+from agentforge.evaluator import timing
+from agentforge.evaluator.result import TimingConfig
+
+CPU = torch.device("cpu")
+
+
+def test_stats_median_spread_and_stderr() -> None:
+    samples = [10.0, 12.0, 11.0, 13.0, 100.0]
+    s = timing.stats(samples)
+    assert s.median_us == 12.0 and s.min_us == 10.0 and s.max_us == 100.0 and s.n == 5
+    assert s.mean_us == pytest.approx(29.2)
+    assert s.stdev_us == pytest.approx(statistics.stdev(samples))
+    assert s.rel_stderr == pytest.approx(statistics.stdev(samples) / math.sqrt(5) / 29.2)
+    assert s.samples_us == tuple(samples)
+
+
+def test_stats_of_one_sample_has_infinite_stderr() -> None:
+    s = timing.stats([5.0])
+    assert s.stdev_us == 0.0 and math.isinf(s.rel_stderr)
+
+
+def test_summarise_mean_puts_the_mean_in_median_us() -> None:
+    subject = timing.Subject("x", lambda: None, samples_us=[1.0, 2.0, 6.0])
+    assert timing.summarise(subject, "median").median_us == 2.0
+    assert timing.summarise(subject, "mean").median_us == pytest.approx(3.0)
+
+
+class Recorder:
+    """Fake subjects that log the order they are called in."""
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+
+    def subject(self, name: str) -> timing.Subject:
+        def fn(*args: Any) -> torch.Tensor:
+            self.log.append(name)
+            return torch.zeros(1)
+
+        return timing.Subject(name, fn)
+
+
+def run(subjects: list[timing.Subject], config: TimingConfig, **kwargs: Any) -> timing.TimingRun:
+    return timing.run_interleaved(subjects, [torch.zeros(1)], lambda rep: None, CPU, config,
+                                  kwargs.pop("recheck", None), seed=kwargs.pop("seed", 0), **kwargs)
+
+
+def test_every_repetition_calls_every_subject_once_in_a_shuffled_order() -> None:
+    rec = Recorder()
+    names = ["candidate", "eager", "compile-default"]
+    config = TimingConfig(warmup=2, min_reps=30, max_reps=30, target_rel_stderr=0.0, flush_l2=False)
+    result = run([rec.subject(n) for n in names], config, seed=3)
+    warm, timed = rec.log[:6], rec.log[6:]
+    assert warm == ["candidate"] * 2 + ["eager"] * 2 + ["compile-default"] * 2  # warm-up, excluded
+    reps = [timed[i:i + 3] for i in range(0, len(timed), 3)]
+    assert len(reps) == 30 and all(sorted(r) == sorted(names) for r in reps)
+    assert len({tuple(r) for r in reps}) > 1  # not a fixed order
+    assert {r[0] for r in reps} == set(names)  # each subject goes first sometimes
+    assert all(len(s.samples_us) == 30 for s in result.subjects.values())
+    assert result.method == "host-monotonic" and not result.l2_flushed
+
+
+def test_the_order_depends_on_the_seed_only() -> None:
+    def order(seed: int) -> list[str]:
+        rec = Recorder()
+        config = TimingConfig(warmup=0, min_reps=8, max_reps=8, target_rel_stderr=0.0, flush_l2=False)
+        run([rec.subject("candidate"), rec.subject("eager")], config, seed=seed)
+        return rec.log
+
+    assert order(1) == order(1)
+    assert order(1) != order(2) or order(1) != order(3)
+
+
+def test_stops_at_min_reps_once_the_stderr_is_small() -> None:
+    rec = Recorder()
+    config = TimingConfig(warmup=0, min_reps=5, max_reps=200, target_rel_stderr=10.0, flush_l2=False)
+    result = run([rec.subject("candidate"), rec.subject("eager")], config)
+    assert len(result.subjects["candidate"].samples_us) == 5
+
+
+def test_stops_at_max_reps_when_the_target_is_never_met() -> None:
+    rec = Recorder()
+    config = TimingConfig(warmup=0, min_reps=3, max_reps=12, target_rel_stderr=0.0, time_cap_s=60, flush_l2=False)
+    result = run([rec.subject("candidate")], config)
+    assert len(result.subjects["candidate"].samples_us) == 12
+
+
+def test_stops_at_the_time_cap() -> None:
+    import time
+
+    def slow(*args: Any) -> torch.Tensor:
+        time.sleep(0.01)
+        return torch.zeros(1)
+
+    config = TimingConfig(warmup=0, min_reps=2, max_reps=10_000, target_rel_stderr=0.0, time_cap_s=0.05,
+                          flush_l2=False)
+    result = run([timing.Subject("candidate", slow)], config)
+    assert 2 <= len(result.subjects["candidate"].samples_us) < 50
+
+
+def test_fresh_inputs_every_repetition() -> None:
+    refills: list[int] = []
+    config = TimingConfig(warmup=0, min_reps=4, max_reps=4, target_rel_stderr=0.0, flush_l2=False)
+    timing.run_interleaved([timing.Subject("candidate", lambda *a: None)], [torch.zeros(1)], refills.append, CPU,
+                           config, None)
+    assert refills == [0, 1, 2, 3]
+
+
+def test_recheck_covers_the_first_repetition_and_a_random_share() -> None:
+    checked: list[int] = []
+
+    def recheck(rep: int, out: Any) -> str | None:
+        checked.append(rep)
+        return "wrong" if rep == 0 else None
+
+    config = TimingConfig(warmup=0, min_reps=200, max_reps=200, target_rel_stderr=0.0, flush_l2=False,
+                          recheck_fraction=0.25)
+    result = run([timing.Subject("candidate", lambda *a: torch.zeros(1))], config, recheck=recheck)
+    assert checked[0] == 0 and result.rechecks == len(checked)
+    assert 20 < len(checked) < 90  # about a quarter of 200
+    assert any(rep % 10 for rep in checked)  # not the old fixed every-10th schedule
+    assert result.recheck_failures == ["wrong"]
+
+
+def test_no_recheck_at_fraction_zero() -> None:
+    config = TimingConfig(warmup=0, min_reps=5, max_reps=5, target_rel_stderr=0.0, flush_l2=False,
+                          recheck_fraction=0.0)
+    result = run([timing.Subject("candidate", lambda *a: torch.zeros(1))], config,
+                 recheck=lambda rep, out: "never called")
+    assert result.rechecks == 0 and not result.recheck_failures
+
+
+def test_crosscheck_with_eager_runs_every_repetition() -> None:
+    seen: list[tuple[int, float, float]] = []
+
+    def crosscheck(rep: int, cand: torch.Tensor, eager: torch.Tensor) -> str | None:
+        seen.append((rep, float(cand), float(eager)))
+        return f"rep {rep}" if rep == 3 else None
+
+    config = TimingConfig(warmup=0, min_reps=6, max_reps=6, target_rel_stderr=0.0, flush_l2=False)
+    subjects = [timing.Subject("candidate", lambda *a: torch.ones(1)),
+                timing.Subject("eager", lambda *a: torch.zeros(1)),
+                timing.Subject("compile-default", lambda *a: torch.full((1,), 2.0))]
+    result = run(subjects, config, crosscheck=crosscheck)
+    assert seen == [(rep, 1.0, 0.0) for rep in range(6)]
+    assert result.recheck_failures == ["rep 3"]
+
+
+def test_cache_flusher_writes_twice_the_llc() -> None:
+    flusher = timing.CacheFlusher(CPU, enabled=True)
+    assert flusher.buffer is not None and flusher.buffer.numel() * 4 == 2 * timing.llc_bytes(CPU)
+    assert timing.CacheFlusher(CPU, enabled=False).buffer is None
+
+
+def test_unsynchronized_evidence_needs_a_gap_well_beyond_the_baselines() -> None:
+    honest = timing.Subject("eager", None, samples_us=[10.0] * 5, closed_us=[15.0] * 5)
+    fine = timing.Subject("candidate", None, samples_us=[10.0] * 5, closed_us=[16.0] * 5)
+    side = timing.Subject("candidate", None, samples_us=[2.0] * 5, closed_us=[200.0] * 5)
+    assert timing.unsynchronized_evidence(fine, [honest]) is None
+    evidence = timing.unsynchronized_evidence(side, [honest])
+    assert evidence is not None and "outside the timed stream" in evidence
