@@ -56,3 +56,12 @@ def discounted_returns(turn_scores: Sequence[float], gamma: float = DEFAULT_GAMM
         running = turn_scores[t] + gamma * running
         returns[t] = running
     return returns
+
+
+def episode_advantages(group: Sequence[Sequence[float]], gamma: float = DEFAULT_GAMMA,
+                       clip: float | None = DEFAULT_CLIP) -> list[list[float]]:
+    """Kevin's multi-turn credit: each trajectory's per-turn discounted returns, z-scored
+    together across every turn of every trajectory in the group (same task), then clipped."""
+    returns = [discounted_returns(episode, gamma) for episode in group]
+    scores = iter(zscore([g for episode in returns for g in episode], clip))
+    return [[next(scores) for _ in episode] for episode in returns]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from agentforge.rl.grouping import discounted_returns, group_zscore, zscore
+from agentforge.rl.grouping import discounted_returns, episode_advantages, group_zscore, zscore
 
 
 def test_zscore_is_mean_zero_unit_std():
@@ -42,3 +42,18 @@ def test_discounted_returns_with_gamma_0_4_by_hand():
     assert discounted_returns([]) == []
     with pytest.raises(ValueError):
         discounted_returns([1.0], gamma=1.5)
+
+
+def test_episode_advantages_z_score_returns_across_the_group():
+    # Two trajectories of two turns, γ = 0.4: returns [1 + 0.4*2, 2] = [1.8, 2] and
+    # [-1 + 0.4*-1, -1] = [-1.4, -1].
+    advantages = episode_advantages([[1.0, 2.0], [-1.0, -1.0]], clip=None)
+    flat = [1.8, 2.0, -1.4, -1.0]
+    mean = sum(flat) / 4
+    std = math.sqrt(sum((g - mean) ** 2 for g in flat) / 4)
+    assert advantages[0] == pytest.approx([(1.8 - mean) / std, (2.0 - mean) / std])
+    assert advantages[1] == pytest.approx([(-1.4 - mean) / std, (-1.0 - mean) / std])
+    # γ = 0: the returns are the scores [1], [1, 0]; mean 2/3, std sqrt(2)/3.
+    short, long = episode_advantages([[1.0], [1.0, 0.0]], gamma=0.0)
+    assert short == pytest.approx([1 / math.sqrt(2)])
+    assert long == pytest.approx([1 / math.sqrt(2), -math.sqrt(2)])
