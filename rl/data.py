@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentforge.rl.prompts import KernelHistory, contrastive_prompt, plain_prompt
+from agentforge.rl.prompts import KernelHistory, contrastive_prompt, plain_prompt, stored_source
 
 if TYPE_CHECKING:
     from agentforge.rl.service import RewardService
@@ -227,7 +227,7 @@ def store_kernels(url: str, tasks: Sequence[TaskItem]) -> list[VerifiedKernel]:
     with ResultsStore(url) as store:
         for ev in store.evaluations():
             task = by_name.get(ev.task)
-            source = ev.result.candidate_meta.get("source") if ev.accepted and task else None
+            source = stored_source(ev.result.candidate_meta) if ev.accepted and task else None
             if task is not None and source:
                 found.append(VerifiedKernel(task.name, task.source, source, ev.result.backend, ev.speedup,
                                             "agent-run", verified=True))

@@ -18,7 +18,7 @@ import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 TEMPLATES = Path(__file__).resolve().parent / "prompts"
 
@@ -56,8 +56,9 @@ class InMemoryHistory:
 
 
 class StoreHistory:
-    """Scored kernels from the results store (`agentforge.store`), with their sources taken
-    from each stored EvalResult's candidate metadata when it kept them."""
+    """Scored kernels from the results store (`agentforge.store`). The store keeps verdicts, not
+    sources: a kernel's source comes from its result's candidate metadata (`source`, or the
+    `file` the leaderboard evaluated), and kernels whose source is gone are skipped."""
 
     def __init__(self, url: str) -> None:
         from agentforge.store.store import ResultsStore
@@ -70,11 +71,21 @@ class StoreHistory:
             if ev.task != task_name:
                 continue
             result = ev.result
-            source = result.candidate_meta.get("source")
+            source = stored_source(result.candidate_meta)
             if source:
                 found.append(ScoredKernel(source=source, speedup=ev.speedup, status=ev.status,
                                           summary=result.summary()))
         return found
+
+
+def stored_source(candidate_meta: dict[str, Any]) -> str | None:
+    """A stored evaluation's kernel source: kept inline, or the file it was read from."""
+    if candidate_meta.get("source"):
+        return str(candidate_meta["source"])
+    path = Path(str(candidate_meta.get("file", "")))
+    if candidate_meta.get("file") and path.is_file():
+        return path.read_text()
+    return None
 
 
 @dataclass(frozen=True)

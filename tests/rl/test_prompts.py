@@ -72,3 +72,29 @@ def test_multi_turn_prompt_keeps_verdicts_not_reasoning():
 def test_render_is_strict_about_placeholders():
     with pytest.raises(KeyError, match="takes"):
         render("plain", task_name="x")
+
+
+def test_store_history_reads_scored_kernels_from_the_results_store(tmp_path, make_result):
+    import dataclasses
+
+    from agentforge.evaluator.result import Status
+    from agentforge.rl.prompts import StoreHistory
+
+    from agentforge.store.store import ResultsStore
+
+    kernel_file = tmp_path / "relu_fast.py"
+    kernel_file.write_text("# fast relu kernel\n")
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    with ResultsStore(url) as store:
+        store.ensure_entry("agent", kind="agent")
+        fast = dataclasses.replace(make_result(candidate_us=50.0), candidate_meta={"file": str(kernel_file)})
+        wrong = dataclasses.replace(make_result(Status.MISMATCH), candidate_meta={"source": "# wrong kernel\n"})
+        gone = dataclasses.replace(make_result(), candidate_meta={"file": str(tmp_path / "deleted.py")})
+        for key, result in (("a", fast), ("b", wrong), ("c", gone)):
+            store.add_evaluation(key, entry="agent", suite="level1", task="level1/relu", track="hardened",
+                                 result=result)
+    kernels = StoreHistory(url).scored_kernels("level1/relu")
+    assert [(k.source, k.speedup, k.status) for k in kernels] == [
+        ("# fast relu kernel\n", 2.0, "ok"), ("# wrong kernel\n", None, "mismatch")]
+    text = contrastive_prompt("level1/relu", TASK, kernels).text
+    assert "2.00x vs eager" in text and "rejected (mismatch)" in text
