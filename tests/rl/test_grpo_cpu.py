@@ -113,3 +113,59 @@ def test_real_evaluator_rewards_vary_within_groups_and_weights_change(tmp_path, 
 
     # Rewards varied within a group, so the policy moved.
     assert changed(before, final_weights(out))
+
+
+def relu_judge(job) -> EvalResult:
+    """A stand-in verdict by inspection (fast), for tests of checkpoints and LoRA only."""
+    from agentforge.evaluator.result import TimingRecord, TimingStats
+
+    ok = "v=v>0.0f?v:0.0f;" in job.candidate_source or "v=v<0.0f?0.0f:v;" in job.candidate_source
+    stats = TimingStats(10.0, 10.0, 0.1, 9.0, 11.0, 20, 0.001)
+    return EvalResult(job.task_name, "h", "cpu", Status.OK if ok else Status.MISMATCH,
+                      Stage.DONE if ok else Stage.CORRECTNESS, compile=CompileRecord(ok=True, backend="cpu"),
+                      correctness=(CorrectnessRecord("default", 42, passed=ok),),
+                      timing=TimingRecord("default", "host-monotonic", stats, {"eager": stats}) if ok else None)
+
+
+def test_training_resumes_from_its_last_checkpoint(tmp_path):
+    from agentforge.rl.trl_train import train_grpo
+
+    config = smoke_config(tmp_path)
+    first = train_grpo(config, evaluate_fn=relu_judge, max_steps=2)
+    assert (first.output_dir / "checkpoint-2").is_dir()
+    second = train_grpo(config, evaluate_fn=relu_judge, max_steps=3)
+    assert second.global_step == 3
+    steps = [json.loads(line)["step"] for line in second.records_path.read_text().splitlines()]
+    assert sorted(set(steps)) == [0, 1, 2]  # the resumed run scored only step 3's batch
+
+
+def test_lora_trains_the_adapter_and_leaves_the_base_weights(tmp_path):
+    from agentforge.rl.trl_train import train_grpo
+    from peft import PeftModel
+
+    config = smoke_config(tmp_path, num_generations=4)
+    config = config_from_dict({**_as_dict(config), "lora": {"enabled": True, "r": 4, "alpha": 8, "dropout": 0.0,
+                                                              "target_modules": ["q_proj", "v_proj"]}})
+    outcome = train_grpo(config, evaluate_fn=relu_judge, max_steps=2)
+    adapter = PeftModel.from_pretrained(_tiny(config), outcome.output_dir / "final")
+    lora_b = [p for n, p in adapter.named_parameters() if "lora_B" in n]
+    assert lora_b and any(p.abs().sum() > 0 for p in lora_b)  # B starts at zero: it moved
+    base = {k.removeprefix("base_model.model."): v for k, v in adapter.state_dict().items()
+            if "lora_" not in k}
+    before = initial_weights(config)
+    assert all(torch.equal(before[k.replace(".base_layer", "")], v) for k, v in base.items()
+               if k.replace(".base_layer", "") in before)
+
+
+def _tiny(config):
+    from agentforge.rl.tiny import build_model, build_tokenizer
+
+    return build_model(build_tokenizer(), config.model.tiny_hidden_size, config.model.tiny_layers,
+                       seed=config.model.seed)
+
+
+def _as_dict(config) -> dict:
+    import dataclasses
+
+    return {f.name: (vars(getattr(config, f.name)) if dataclasses.is_dataclass(getattr(config, f.name))
+                     else getattr(config, f.name)) for f in dataclasses.fields(config)}
