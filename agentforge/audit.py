@@ -10,13 +10,15 @@ A task is degenerate when a kernel that does not compute the operator can still 
 - `ignores-input` / `ignores-param`: perturbing one input or one parameter leaves the output
   within tolerance (a kernel can skip it).
 
-Each check compares with the task's own tolerance, on its cheapest shape variant. Tasks whose
-inputs and parameters exceed a size budget (estimated on the meta device, without allocating)
-are skipped with a note rather than run.
+Each check compares with the task's own tolerance, on its cheapest shape variant. Sizes are
+estimated on the meta device, without allocating. A problem with no variants (KernelBench's)
+that exceeds the size budget is checked on a copy with its large sizes halved until it fits
+(shape `default/8` means: divided by 8); one that cannot be shrunk is skipped with a note.
 """
 
 from __future__ import annotations
 
+import ast
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -25,14 +27,34 @@ from typing import Any
 
 import torch
 
-from agentforge.task import Task, TaskLoadError, Tolerance, flatten_tensors, load_task, task_name_for
+from agentforge.task import (
+    DEFAULT_SHAPE,
+    Task,
+    TaskLoadError,
+    Tolerance,
+    flatten_tensors,
+    load_task,
+    task_name_for,
+)
 
 #: Elements (inputs, parameters, buffers and outputs) above which the audit does not run a task:
 #: about 64 MiB in fp32, so that intermediates of a few times that stay well within a laptop.
 DEFAULT_NUMEL_BUDGET = 1 << 24
+#: Sizes at or below this are kept when shrinking a problem (kernel sizes, strides, heads).
+_KEEP_SIZE = 16
+#: A shrunk problem aims this many times under the budget, so that its compute shrinks too.
+_SHRINK_MARGIN = 8
+#: The audit runs a few forwards plus one per parameter; a reference slower than this is skipped.
+_SECONDS_PER_FORWARD = 2.0
+#: After this, the per-parameter checks stop (noted in the report).
+_SECONDS_PER_TASK = 20.0
 #: Buffers that do not feed the output of a module in eval mode.
 _INERT_BUFFERS = ("num_batches_tracked",)
 _SEEDS = (0, 1)
+
+
+class _TooSlow(Exception):
+    pass
 
 
 @dataclass(frozen=True)
@@ -51,6 +73,7 @@ class AuditReport:
     skipped: str | None = None
     seconds: float = 0.0
     checked: tuple[str, ...] = field(default=())
+    note: str | None = None  # e.g. that the time budget cut the per-parameter checks short
 
     @property
     def ok(self) -> bool:
@@ -75,38 +98,90 @@ def audit_paths(paths: Iterable[Path], numel_budget: int = DEFAULT_NUMEL_BUDGET)
 
 
 def audit_task(task: Task, shape: str | None = None, numel_budget: int = DEFAULT_NUMEL_BUDGET) -> AuditReport:
-    """Run every check on one task (its smallest variant unless `shape` is given)."""
+    """Run every check on one task: on `shape`, else its smallest variant; a task over the budget
+    with no declared variants (a KernelBench problem) is checked on a shrunk copy of itself."""
     start = time.perf_counter()
+    label = shape
     try:
-        shape = shape or task.smallest_shape()
-        numel = _estimated_numel(task, shape)
+        shape = label = shape or task.smallest_shape()
+        numel, _ = _meta_numel(task, shape)
+        if numel is not None and numel > numel_budget and list(task.shapes) == [DEFAULT_SHAPE]:
+            shrunk = _shrunk(task, numel_budget // _SHRINK_MARGIN)
+            if shrunk is not None:
+                task, label, numel = shrunk
         if numel is not None and numel > numel_budget:
-            return AuditReport(task.name, shape, skipped=f"{numel:,} elements exceed the budget of "
+            return AuditReport(task.name, label, skipped=f"{numel:,} elements exceed the budget of "
                                f"{numel_budget:,}", seconds=time.perf_counter() - start)
-        findings, checked = _run_checks(task, shape)
+        findings, checked, note = _run_checks(task, shape, deadline=start + _SECONDS_PER_TASK)
     except TaskLoadError as exc:
-        findings, checked = [Finding("load", exc.problem)], []
+        findings, checked, note = [Finding("load", exc.problem)], [], None
+    except _TooSlow as exc:
+        return AuditReport(task.name, label, skipped=str(exc), seconds=time.perf_counter() - start)
     except Exception as exc:
-        findings, checked = [Finding("runs", f"reference fails: {type(exc).__name__}: {exc}")], []
-    return AuditReport(task.name, shape, tuple(findings), seconds=time.perf_counter() - start,
-                       checked=tuple(checked))
+        findings, checked, note = [Finding("runs", f"reference fails: {type(exc).__name__}: {exc}")], [], None
+    return AuditReport(task.name, label, tuple(findings), seconds=time.perf_counter() - start,
+                       checked=tuple(checked), note=note)
 
 
-def _run_checks(task: Task, shape: str) -> tuple[list[Finding], list[str]]:
+def _shrunk(task: Task, target: int) -> tuple[Task, str, int] | None:
+    """A copy of `task` whose large integer sizes (> _KEEP_SIZE: kernel sizes, strides and head
+    counts stay) are divided by 2, 4, 8... until inputs, parameters and outputs fit `target`.
+
+    The copy's source assigns the smaller values where the file assigns the sizes, so globals
+    derived from them (`bias_shape = (out_channels, 1, 1)`) follow. Accepted only if its forward
+    still runs on the meta device. Returns (copy, label such as "default/8", elements)."""
+    sizes = {k: v for k, v in task.sizes().items() if isinstance(v, int) and v > _KEEP_SIZE}
+    try:
+        tree = ast.parse(task.source)
+    except SyntaxError:
+        return None
+    for halvings in range(1, 12):
+        divisor = 2**halvings
+        shrunk = {k: max(_KEEP_SIZE, v // divisor) for k, v in sizes.items()}
+        try:
+            copy = Task(task.name, ast.unparse(_assign_sizes(tree, shrunk)), task.path)
+        except TaskLoadError:
+            return None
+        numel, outputs = _meta_numel(copy, DEFAULT_SHAPE)
+        if outputs is None:
+            return None
+        if numel is not None and numel <= target:
+            return copy, f"default/{divisor}", numel
+    return None
+
+
+def _assign_sizes(tree: ast.Module, sizes: dict[str, int]) -> ast.Module:
+    """`tree` with each top-level `NAME = ...` (or `a = b = ...`) of a name in `sizes` assigning
+    the new value instead; other statements untouched."""
+    body: list[ast.stmt] = []
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        names = [t.id for t in targets if isinstance(t, ast.Name)]
+        if names and len(names) == len(targets) and all(n in sizes for n in names):
+            node = ast.Assign(targets=targets, value=ast.Constant(sizes[names[0]]), lineno=node.lineno)
+        body.append(node)
+    return ast.fix_missing_locations(ast.Module(body=body, type_ignores=[]))
+
+
+def _run_checks(task: Task, shape: str, deadline: float) -> tuple[list[Finding], list[str], str | None]:
     tol = task.tolerance
     model = task.make_model(_SEEDS[0], shape)
     inputs = task.make_inputs(_SEEDS[0], shape)
+    start = time.perf_counter()
     base = _forward(model, inputs)
+    took = time.perf_counter() - start
+    if took > _SECONDS_PER_FORWARD:
+        raise _TooSlow(f"one forward takes {took:.1f} s (over {_SECONDS_PER_FORWARD} s): too slow to audit")
     findings: list[Finding] = []
     checked = ["nonfinite", "tiny", "identity", "constant", "ignores-input", "ignores-param"]
 
     bad = [i for i, t in enumerate(base) if t.is_floating_point() and not torch.isfinite(t).all()]
     if bad:
         findings.append(Finding("nonfinite", f"output(s) {bad} hold NaN or Inf"))
-        return findings, checked
+        return findings, checked, None
     if not base:
         findings.append(Finding("runs", "forward returns no tensor"))
-        return findings, checked
+        return findings, checked, None
     if _close(base, [torch.zeros_like(t) for t in base], tol):
         peak = max(float(t.abs().max()) if t.numel() else 0.0 for t in base)
         findings.append(Finding("tiny", f"zeros would pass: max |output| = {peak:.3g}, "
@@ -129,7 +204,10 @@ def _run_checks(task: Task, shape: str) -> tuple[list[Finding], list[str]]:
         if _close(base, _forward(model, swapped), tol):
             findings.append(Finding("ignores-input", f"output does not move when input {i} changes"))
 
-    for name, tensor in _state(model):
+    state = list(_state(model))
+    for done, (name, tensor) in enumerate(state):
+        if time.perf_counter() > deadline:
+            return findings, checked, f"time budget: checked {done} of {len(state)} parameters and buffers"
         saved = tensor.detach().clone()
         with torch.no_grad():
             tensor.copy_(_perturbed(saved, None))
@@ -138,23 +216,25 @@ def _run_checks(task: Task, shape: str) -> tuple[list[Finding], list[str]]:
             tensor.copy_(saved)
         if not moved:
             findings.append(Finding("ignores-param", f"output does not move when {name} changes"))
-    return findings, checked
+    return findings, checked, None
 
 
-def _estimated_numel(task: Task, shape: str) -> int | None:
-    """Inputs, parameters and outputs of one call, sized on the meta device (the forward runs on
-    meta tensors, so nothing is computed or allocated); None when the task cannot be sized."""
+def _meta_numel(task: Task, shape: str) -> tuple[int | None, int | None]:
+    """(elements of inputs, parameters and outputs; elements of outputs) of one call, sized on
+    the meta device: the forward runs on meta tensors, so nothing is computed or allocated.
+    Outputs are None where the forward cannot run on meta (.item(), nonzero); then only inputs
+    and parameters count. Both are None when the task cannot be sized at all."""
     numel = task.input_numel(shape)
     if numel is None:
-        return None
+        return None, None
     try:
         model = task.instantiate_on_meta(shape).to("meta")
         with task.shape_variant(shape), torch.device("meta"):
             inputs = task.module.get_inputs()
-        outputs = _forward(model, list(inputs))
-    except Exception:  # ops without a meta kernel (.item(), nonzero): inputs must do
-        return numel
-    return numel + sum(t.numel() for t in outputs)
+        outputs = sum(t.numel() for t in _forward(model, list(inputs)))
+    except Exception:
+        return numel, None
+    return numel + outputs, outputs
 
 
 def _forward(model: torch.nn.Module, inputs: list[Any]) -> list[torch.Tensor]:

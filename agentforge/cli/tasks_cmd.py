@@ -161,7 +161,8 @@ def audit_tasks(
         for report in audit_paths(paths, numel_budget=budget or DEFAULT_NUMEL_BUDGET):
             status.update(f"audited {report.task}")
             counts[report.status] += 1
-            detail = "; ".join(f"{f.check}: {f.detail}" for f in report.findings) or (report.skipped or "")
+            notes = [f"{f.check}: {f.detail}" for f in report.findings] + [report.skipped or "", report.note or ""]
+            detail = "; ".join(n for n in notes if n)
             table.add_row(report.task, report.shape or "-", f"[{colour[report.status]}]{report.status}",
                           detail, f"{report.seconds:.1f}")
     console.print(table)

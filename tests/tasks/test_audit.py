@@ -100,3 +100,48 @@ def test_audit_paths_reports_files_that_do_not_load(write_task):
     reports = list(audit_paths([bad, good]))
     assert [r.status for r in reports] == ["flagged", "ok"]
     assert reports[0].findings[0].check == "load" and "get_inputs" in reports[0].findings[0].detail
+
+
+KB_LARGE = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, in_channels, out_channels, kernel_size, bias_shape):
+        super(Model, self).__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size)
+        self.bias = nn.Parameter(torch.randn(bias_shape))
+
+    def forward(self, x):
+        return torch.relu(self.conv(x)) + self.bias
+
+batch_size = 128
+in_channels = 64
+out_channels = 128
+height = width = 128
+kernel_size = 3
+bias_shape = (out_channels, 1, 1)
+
+def get_inputs():
+    return [torch.randn(batch_size, in_channels, height, width)]
+
+def get_init_inputs():
+    return [in_channels, out_channels, kernel_size, bias_shape]
+'''
+
+
+def test_a_large_kernelbench_problem_is_audited_on_a_shrunk_copy(write_task):
+    """Sizes are divided until the problem fits; a global derived from a size follows it."""
+    task = load_task(write_task(KB_LARGE))
+    report = audit_task(task, numel_budget=1 << 20)
+    assert report.status == "ok", report
+    assert report.shape.startswith("default/") and int(report.shape.split("/")[1]) >= 8
+    assert task.module.batch_size == 128  # the loaded task itself is untouched
+
+
+def test_a_problem_that_cannot_shrink_is_skipped(write_task):
+    # A size hard-coded in forward does not shrink with the globals: the meta forward fails.
+    source = KB_LARGE.replace("return torch.relu(self.conv(x)) + self.bias",
+                              "return torch.relu(self.conv(x)) + self.bias + torch.zeros(128, 128, 126, 126)")
+    report = audit_task(load_task(write_task(source)), numel_budget=1 << 20)
+    assert report.status == "skipped" and "exceed the budget" in report.skipped
