@@ -61,6 +61,7 @@ class DataSection:
     results_url: str | None = None  # results store for contrastive prompts
     contrastive_examples: int = 3
     repeat: int = 1  # each training prompt appears this many times per epoch
+    chat: bool = False  # prompts as chat messages, so an instruct model's chat template applies
     max_tasks: int | None = None
 
 

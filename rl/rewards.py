@@ -195,10 +195,11 @@ class Rewarder:
             shaper=self.shaper.name, flags=flags, provenance=provenance_of(result), cached=cached,
             meta=dict(meta or {}),
         )
-        measured = self.measure(result, reference_speedup) if result.accepted and not flags else None
-        if measured is None:
+        if not result.accepted or flags:
             gate = self.config.failure_reward
             return RewardRecord(accepted=False, reward=gate, components={"gate": gate}, **base)
+        # Accepted but not timed (timing switched off): correct, and no gain measured.
+        measured = self.measure(result, reference_speedup) or Measured(1.0, 1.0, False)
         parts = self.shaper(measured)
         return RewardRecord(
             accepted=True, reward=float(sum(parts.values())), components=parts,

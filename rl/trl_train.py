@@ -96,8 +96,11 @@ def prompt_rows(config: RLConfig) -> list[dict[str, Any]]:
         from agentforge.rl.prompts import StoreHistory
 
         history = StoreHistory(config.data.results_url)
-    return data.grpo_rows(train, config.service.backend, history, config.data.contrastive_examples,
+    rows = data.grpo_rows(train, config.service.backend, history, config.data.contrastive_examples,
                           config.data.repeat, config.data.split_seed)
+    if config.data.chat:
+        rows = [{**row, "prompt": [{"role": "user", "content": row["prompt"]}]} for row in rows]
+    return rows
 
 
 def grpo_args(config: RLConfig, max_steps: int | None = None) -> Any:

@@ -17,13 +17,14 @@ def verl_rows(rows: list[dict[str, Any]], split: str) -> list[dict[str, Any]]:
     """Our GRPO rows (prompt, task_name, task_source, ...) in verl's RLHF dataset layout."""
     out = []
     for i, row in enumerate(rows):
+        text = row["prompt"] if isinstance(row["prompt"], str) else row["prompt"][-1]["content"]
         extra = {"split": split, "index": i, "task_source": row["task_source"]}
         for key in ("template", "reference_speedup"):
             if row.get(key) is not None:
                 extra[key] = row[key]
         out.append({
             "data_source": DATA_SOURCE,
-            "prompt": [{"role": "user", "content": row["prompt"]}],
+            "prompt": [{"role": "user", "content": text}],
             "ability": "gpu-kernels",
             "reward_model": {"style": "rule", "ground_truth": row["task_name"]},
             "extra_info": extra,

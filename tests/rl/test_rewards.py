@@ -151,3 +151,14 @@ def test_no_code_reward():
     record = rewarder.no_code("level1/relu")
     assert record.reward == -1.5 and record.status == "no_code" and record.candidate_hash is None
     assert build_rewarder().no_code("t").reward == FAILURE
+
+
+@pytest.mark.parametrize(("shaper", "expected"), [("milestones", 1.0), ("log_speedup", 0.0),
+                                                  ("bonus_speedup", 1.3)])
+def test_accepted_but_untimed_is_correct_with_no_gain(make_result, shaper, expected):
+    import dataclasses
+
+    result = dataclasses.replace(make_result(candidate_us=50.0), timing=None)
+    record = build_rewarder(RewardConfig(shaper=shaper)).score(result)
+    assert record.accepted and record.reward == pytest.approx(expected)
+    assert record.speedup is None and record.significant is False
