@@ -60,12 +60,6 @@ torch::Tensor {name}(torch::Tensor input) {{
 '''
 
 
-def _timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
 def measure(repeats: int) -> dict:
     from agentforge.evaluator import build_cache, native
     from agentforge.evaluator.compile_only import compile_cuda_source
@@ -79,15 +73,23 @@ def measure(repeats: int) -> dict:
                 # a comment with the repeat number keeps sources distinct across repeats
                 salt = f"// repeat {rep}\n"
                 row = {"kernel": name, "repeat": rep}
-                row["cpu_load_inline_s"] = _timed(lambda: native.cached_load_inline(
-                    tag, cpp_sources=salt + CPU_INLINE.format(name=name, expr=expr), functions=[name],
-                    extra_cflags=["-O3", "-fopenmp"], extra_ldflags=["-fopenmp"]))
-                row["cpu_lean_s"] = _timed(lambda: native.load_cpp(tag, salt + CPU_LEAN.format(name=name, expr=expr)))
+                inline_cpp = salt + CPU_INLINE.format(name=name, expr=expr)
+                lean_cpp = salt + CPU_LEAN.format(name=name, expr=expr)
                 kernel = CUDA_KERNEL.format(name=name, expr=expr)
-                row["cuda_torch_headers_s"] = _timed(lambda: compile_cuda_source(
-                    salt + CUDA_INLINE_PREFIX + kernel + CUDA_INLINE_HOST.format(name=name), tag, "sm_90a", []))
-                row["cuda_lean_s"] = _timed(lambda: compile_cuda_source(salt + kernel, tag, "sm_90a", [],
-                                                                         torch_headers=False))
+                with_headers = salt + CUDA_INLINE_PREFIX + kernel + CUDA_INLINE_HOST.format(name=name)
+                start = time.perf_counter()
+                native.cached_load_inline(tag, cpp_sources=inline_cpp, functions=[name],
+                                          extra_cflags=["-O3", "-fopenmp"], extra_ldflags=["-fopenmp"])
+                row["cpu_load_inline_s"] = time.perf_counter() - start
+                start = time.perf_counter()
+                native.load_cpp(tag, lean_cpp)
+                row["cpu_lean_s"] = time.perf_counter() - start
+                start = time.perf_counter()
+                compile_cuda_source(with_headers, tag, "sm_90a", [])
+                row["cuda_torch_headers_s"] = time.perf_counter() - start
+                start = time.perf_counter()
+                compile_cuda_source(salt + kernel, tag, "sm_90a", [], torch_headers=False)
+                row["cuda_lean_s"] = time.perf_counter() - start
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     paths = ["cpu_load_inline_s", "cpu_lean_s", "cuda_torch_headers_s", "cuda_lean_s"]

@@ -24,8 +24,12 @@ class TimingOutcome:
 
 
 def _compiled(model: torch.nn.Module, mode: str) -> Any:
-    compiled = torch.compile(copy.deepcopy(model), mode=None if mode == "default" else mode)
-    return compiled
+    # One compile thread: inductor's worker pool would otherwise leave processes running that the
+    # integrity check for background work must not blame on the candidate.
+    import torch._inductor.config as inductor_config
+
+    inductor_config.compile_threads = 1
+    return torch.compile(copy.deepcopy(model), mode=None if mode == "default" else mode)
 
 
 def measure(task: Task, shape: str, candidate: torch.nn.Module, reference: torch.nn.Module,
