@@ -219,10 +219,11 @@ def evaluate_kernel(kernel: ReferenceKernel, task: Any, options: MeasureOptions,
     return results
 
 
-def build_record(kernel: ReferenceKernel, results: dict[str, Any], skipped: dict[str, str] | None = None
-                 ) -> dict[str, Any]:
+def build_record(kernel: ReferenceKernel, results: dict[str, Any], skipped: dict[str, str] | None = None,
+                 notes: list[str] | None = None) -> dict[str, Any]:
     """The record.json of a kernel from its EvalResults (see RECORD_SCHEMA above); `skipped`:
-    shape variants left out of the run, with the reason."""
+    shape variants left out of the run, with the reason; `notes`: what a reader must know about
+    the run (a baseline left out, and why)."""
     import datetime
     import hashlib
 
@@ -253,6 +254,7 @@ def build_record(kernel: ReferenceKernel, results: dict[str, Any], skipped: dict
             "load_average": _load_average(),
         },
         "versions": dict(prov.versions),
+        "notes": list(notes or []),
         "summary": summary,
         "results": {shape: result.to_dict() for shape, result in results.items()},
     }

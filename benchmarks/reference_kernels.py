@@ -35,6 +35,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                         help="skip shape variants with more input elements (recorded as skipped)")
     parser.add_argument("--time-cap", type=float, default=None, help="seconds of timing per subject and shape")
     parser.add_argument("--max-reps", type=int, default=200, help="most timed repetitions per subject")
+    parser.add_argument("--note", action="append", default=[], help="a note to keep in every record written")
     parser.add_argument("--quick", action="store_true", help="short timing (for a smoke run, not for records)")
     parser.add_argument("--table-only", action="store_true", help="rebuild the README table from the records")
     parser.add_argument("--dry-run", action="store_true", help="measure and print, write nothing")
@@ -116,7 +117,7 @@ def _measure_all(args: argparse.Namespace) -> int:
         if not results:
             print(f"{kernel.gpu}/{kernel.task_name}: every shape variant skipped; record left as it was")
             continue
-        record = build_record(kernel, results, skipped)
+        record = build_record(kernel, results, skipped, args.note)
         summary = record["summary"]
         ok = summary["accepted"] or (not record["measured"] and summary.get("compiled"))
         failures += not ok
