@@ -111,8 +111,7 @@ class Task:
     @property
     def shapes(self) -> dict[str, dict[str, Any]]:
         declared = dict(getattr(self.module, "SHAPES", {}) or {})
-        declared.setdefault(DEFAULT_SHAPE, {})
-        return declared
+        return {DEFAULT_SHAPE: declared.pop(DEFAULT_SHAPE, {}), **declared}
 
     @property
     def tags(self) -> tuple[str, ...]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from agentforge.cli.common import console, err_console
 
@@ -42,10 +43,10 @@ def list_tasks(root: Path | None = typer.Option(None, "--root", help=ROOT_HELP))
             flops, moved = task.flops(), task.bytes_moved()
         except TaskLoadError as exc:
             failures += 1
-            err_console.print(f"[red]error[/red] {exc.where}: {exc.problem}", soft_wrap=True)
+            err_console.print(f"[red]error[/red] {escape(exc.where)}: {escape(exc.problem)}", soft_wrap=True)
             continue
         params = sum(p.numel() for p in model.parameters())
-        table.add_row(task.name, task.dtype_name, ",".join(task.shapes), ",".join(task.tags),
+        table.add_row(escape(task.name), task.dtype_name, ",".join(task.shapes), ",".join(task.tags),
                       _num(flops, 1e9), _num(moved, 1e6), f"{params:,}")
     console.print(table)
     console.print(f"{len(paths)} files, {len(paths) - failures} loaded, {failures} failed")
@@ -106,13 +107,13 @@ def run_task(
         raise typer.Exit(2)
     task = _load_or_exit(task_ref, root)
     if shape not in task.shapes:
-        err_console.print(f"[red]no shape {shape!r}[/red]; {task.name} has {', '.join(task.shapes)}")
+        err_console.print(f"[red]no shape[/red] {escape(repr(shape))}; {task.name} has {', '.join(task.shapes)}")
         raise typer.Exit(2)
     try:
         model = task.make_model(seed, shape, device=device)
         inputs = task.make_inputs(seed, shape, device=device)
     except TaskLoadError as exc:
-        err_console.print(f"[red]error[/red] {exc}")
+        err_console.print(f"[red]error[/red] {escape(str(exc))}")
         raise typer.Exit(1) from exc
 
     def call() -> object:
@@ -130,9 +131,10 @@ def run_task(
         times.append(time.perf_counter() - start)
     for i, tensor in enumerate(flatten_tensors(out)):
         dtype = str(tensor.dtype).removeprefix("torch.")
-        console.print(f"output {i}: shape {tuple(tensor.shape)} dtype {dtype}")
+        console.print(f"output {i}: shape {tuple(tensor.shape)} dtype {dtype}", markup=False)
     median_ms = statistics.median(times) * 1e3
-    console.print(f"{task.name} [{shape}] on {device}: median {median_ms:.3f} ms over {repeats} runs")
+    console.print(f"{task.name} [{shape}] on {device}: median {median_ms:.3f} ms over {repeats} runs",
+                  markup=False)
 
 
 def audit_tasks(
@@ -150,7 +152,7 @@ def audit_tasks(
     try:
         paths = [resolve_task_path(task_ref, root)] if task_ref else discover(root)
     except TaskLoadError as exc:
-        err_console.print(f"[red]error[/red] {exc}")
+        err_console.print(f"[red]error[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
     table = Table(title=f"audit of {len(paths)} tasks")
     for column in ("task", "shape", "status", "findings", "s"):
@@ -163,8 +165,8 @@ def audit_tasks(
             counts[report.status] += 1
             notes = [f"{f.check}: {f.detail}" for f in report.findings] + [report.skipped or "", report.note or ""]
             detail = "; ".join(n for n in notes if n)
-            table.add_row(report.task, report.shape or "-", f"[{colour[report.status]}]{report.status}",
-                          detail, f"{report.seconds:.1f}")
+            table.add_row(escape(report.task), report.shape or "-", f"[{colour[report.status]}]{report.status}",
+                          escape(detail), f"{report.seconds:.1f}")
     console.print(table)
     console.print(", ".join(f"{n} {k}" for k, n in counts.items()))
     if counts["flagged"]:
@@ -177,7 +179,7 @@ def _load_or_exit(ref: str, root: Path | None):
     try:
         return load_task(ref, root)
     except TaskLoadError as exc:
-        err_console.print(f"[red]error[/red] {exc}")
+        err_console.print(f"[red]error[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
 
 
