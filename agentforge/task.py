@@ -190,14 +190,18 @@ class Task:
         """Build `Model` without allocating its weights (for listing huge suites).
 
         A constructor that reads tensor values (`.item()`, as Swin's drop-path schedule does)
-        cannot run on the meta device; such a model is built on the CPU instead, seeded."""
+        cannot run on the meta device; such a model is built on the CPU instead, seeded. Only
+        the errors the meta device raises (RuntimeError, NotImplementedError) get that second
+        try: any other error is the constructor's own and would only cost memory to repeat."""
         init = self.init_inputs(shape)
         with self.shape_variant(shape):
             try:
                 with torch.device("meta"):
                     return self.module.Model(*init)
-            except Exception:
+            except (RuntimeError, NotImplementedError):
                 pass
+            except Exception as exc:
+                raise TaskLoadError(self._where, f"Model(...) fails: {_one_line(exc)}") from exc
             try:
                 with _seeded(0):
                     return self.module.Model(*init)
