@@ -73,8 +73,9 @@ def peft_config(config: RLConfig) -> Any:
                       target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
 
 
-def prompt_rows(config: RLConfig) -> list[dict[str, Any]]:
-    """The training prompts: the smoke problem, or the train split of the suites."""
+def prompt_rows(config: RLConfig, report_dir: Path | None = None) -> list[dict[str, Any]]:
+    """The training prompts: the smoke problem, or the train split of the suites (minus tasks
+    that overlap the held-out or evaluation suites; the report goes to `report_dir` if given)."""
     from agentforge.rl import data
 
     if config.data.source == "smoke":
@@ -84,8 +85,8 @@ def prompt_rows(config: RLConfig) -> list[dict[str, Any]]:
     train, held_out = data.split(items, config.data.held_out_fraction, config.data.split_seed)
     evaluation = held_out + [it for suite in config.data.eval_suites for it in data.load_suite(suite, root)]
     report = data.decontamination_report(train, evaluation)
-    config.output_dir.mkdir(parents=True, exist_ok=True)
-    (config.output_dir / "decontamination.md").write_text(report.to_markdown())
+    if report_dir is not None:
+        (report_dir / "decontamination.md").write_text(report.to_markdown())
     train = [it for it in train if it.name not in report.contaminated]
     if config.data.max_tasks:
         train = train[: config.data.max_tasks]
@@ -133,7 +134,7 @@ def train_grpo(config: RLConfig, *, evaluate_fn: Callable[[EvalJob], EvalResult]
     reward = ServiceReward(service, args.num_generations, config.normalize.group_clip,
                            normalize=config.normalize.mode == "reward_fn", log_path=records_path)
     trainer = GRPOTrainer(
-        model=model, reward_funcs=[reward], args=args, train_dataset=Dataset.from_list(prompt_rows(config)),
+        model=model, reward_funcs=[reward], args=args, train_dataset=Dataset.from_list(prompt_rows(config, out)),
         processing_class=tokenizer, peft_config=peft_config(config), callbacks=list(callbacks) or None,
     )
     last = get_last_checkpoint(str(out)) if config.output.resume and out.is_dir() else None
