@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import typer
@@ -159,9 +160,14 @@ def audit_tasks(
         table.add_column(column, overflow="fold")
     counts = {"ok": 0, "flagged": 0, "skipped": 0}
     colour = {"ok": "green", "flagged": "red", "skipped": "yellow"}
-    with console.status("auditing...") as status:
-        for report in audit_paths(paths, numel_budget=budget or DEFAULT_NUMEL_BUDGET):
-            status.update(f"audited {report.task}")
+    # A spinner on a terminal; one progress line per task on stderr otherwise (a log, a CI job).
+    progress = console.status("auditing...") if err_console.is_terminal else contextlib.nullcontext()
+    with progress as status:
+        for n, report in enumerate(audit_paths(paths, numel_budget=budget or DEFAULT_NUMEL_BUDGET), 1):
+            if status is not None:
+                status.update(f"audited {escape(report.task)} ({n}/{len(paths)})")
+            else:
+                err_console.print(f"{n}/{len(paths)} {report.status} {report.task}", markup=False)
             counts[report.status] += 1
             notes = [f"{f.check}: {f.detail}" for f in report.findings] + [report.skipped or "", report.note or ""]
             detail = "; ".join(n for n in notes if n)
