@@ -11,6 +11,9 @@ result) and on new contents written into the same buffers (a cached result).
 Every candidate call is watched (`_call_candidate`): the aten ops it dispatches, the modules it
 calls (the reference `Model`, however found), threads or processes still running the moment it
 returns, and whether the harness's own functions are still the ones this module saw at import.
+Its outputs are copied the moment it returns (stream-ordered on CUDA), and that copy is what gets
+compared: work that lands after the return (a side stream, a native or Python thread, a lazy
+evaluation) is wrong there, and an output that still changes afterwards is flagged as such.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 
 import torch
 from agentforge.evaluator import device_state
-from agentforge.evaluator.compare import compare
+from agentforge.evaluator.compare import compare, same_result
 from agentforge.evaluator.guards import (
     ConcurrencyWatch,
     ModuleCallWatch,
@@ -33,7 +36,7 @@ from agentforge.evaluator.guards import (
 )
 from agentforge.evaluator.result import CorrectnessRecord
 
-from agentforge.task import Task
+from agentforge.task import Task, flatten_tensors
 
 
 @dataclass(frozen=True)
@@ -100,13 +103,35 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _copy_at_return(out: Any) -> Any:
+    """The outputs as they are when forward returns (plain tensors; non-tensors as they are)."""
+    if isinstance(out, torch.Tensor):
+        return torch.Tensor.clone(out).as_subclass(torch.Tensor)
+    if isinstance(out, list | tuple):
+        return type(out)(_copy_at_return(o) for o in out)
+    return out
+
+
+def _settled(out: Any, copy_at_return: Any, device: torch.device, where: str, outcome: CorrectnessOutcome) -> Any:
+    """Wait for the device; the outputs must not have changed since the return. Returns the copy."""
+    _sync(device)
+    tensors = list(flatten_tensors(out))
+    plain = all(type(t) is torch.Tensor and t.layout == torch.strided and not t.is_meta for t in tensors)
+    if tensors and plain and not same_result(copy_at_return, tensors):  # subclasses: `inspect_outputs` flags them
+        outcome.evidence.append(("unsynchronized_work", f"{where}: the output changed after forward returned "
+                                                        "(work outside the call: a thread, a side stream)"))
+    return copy_at_return
+
+
 def _call_candidate(candidate: Any, inputs: list[Any], reference_cls: type, where: str,
-                    outcome: CorrectnessOutcome) -> Any:
-    """One watched call of the candidate; what it did wrong goes to `outcome.evidence`."""
+                    outcome: CorrectnessOutcome) -> tuple[Any, Any]:
+    """One watched call of the candidate: (its outputs, their copy at return). What it did wrong goes
+    to `outcome.evidence`."""
     watch = ConcurrencyWatch.start()
     switches = precision_switches()
     with outcome.recorder, ModuleCallWatch() as modules:
         out = candidate(*inputs)
+    at_return = _copy_at_return(out)
     outcome.evidence += [("background_work", item) for item in watch.still_running(f"when forward returned ({where})")]
     called = modules.called(reference_cls)
     if called:
@@ -119,7 +144,7 @@ def _call_candidate(candidate: Any, inputs: list[Any], reference_cls: type, wher
     switched = [f"{k}: {v!r} -> {now[k]!r}" for k, v in switches.items() if now[k] != v]
     if switched:
         outcome.evidence.append(("precision_switch", f"{where}: " + "; ".join(switched)))
-    return out
+    return out, at_return
 
 
 def check_shape(task: Task, model_cls: type, shape: str, shape_index: int, device: torch.device,
@@ -140,9 +165,10 @@ def check_shape(task: Task, model_cls: type, shape: str, shape_index: int, devic
         inputs = task.make_inputs(seed, shape, device)
         before = fingerprint(inputs)
         device_state.poison_free_memory(device)
-        out = _call_candidate(candidate, inputs, reference_cls, f"shape {shape}, seed {seed}", outcome)
-        _sync(device)
-        outputs = list(out) if isinstance(out, list | tuple) else [out]
+        where = f"shape {shape}, seed {seed}"
+        raw, at_return = _call_candidate(candidate, inputs, reference_cls, where, outcome)
+        out = _settled(raw, at_return, device, where, outcome)
+        outputs = list(raw) if isinstance(raw, list | tuple) else [raw]
         outcome.evidence += inspect_outputs(outputs, inputs)
         if fingerprint(inputs) != before:
             changed = [i for i, (a, b) in enumerate(zip(before, fingerprint(inputs), strict=True)) if a != b]
@@ -155,8 +181,8 @@ def check_shape(task: Task, model_cls: type, shape: str, shape_index: int, devic
             max_rel_err=result.max_rel_err, failed_check=result.failed_check, message=result.message))
         if not result.passed or trial > 0 or not settings.extra_checks:
             continue
-        again = _call_candidate(candidate, inputs, reference_cls, f"shape {shape}, seed {seed}, again", outcome)
-        _sync(device)
+        raw, at_return = _call_candidate(candidate, inputs, reference_cls, f"{where}, again", outcome)
+        again = _settled(raw, at_return, device, f"{where}, again", outcome)
         if not compare(again, expected, task.dtype, **tol).passed:
             outcome.evidence.append(("nondeterministic_output",
                                      f"shape {shape}, seed {seed}: a second call on the same inputs is wrong"))
@@ -170,8 +196,9 @@ def _probe_caching(task: Task, candidate: Any, reference_on: Any, inputs: list[A
     for buffer, value in zip(inputs, fresh, strict=True):
         if isinstance(buffer, torch.Tensor):
             buffer.copy_(value)
-    out = _call_candidate(candidate, inputs, task.module.Model, f"shape {shape}, refilled buffers", outcome)
-    _sync(device)
+    where = f"shape {shape}, refilled buffers"
+    raw, at_return = _call_candidate(candidate, inputs, task.module.Model, where, outcome)
+    out = _settled(raw, at_return, device, where, outcome)
     expected = reference_on(fresh)
     check = compare(out, expected, task.dtype, **tol)
     if check.passed:
