@@ -61,12 +61,13 @@ def optimize(
     on_progress: Callable[[dict[str, Any]], None] | None = None,
     provider: Provider | None = None, evaluate: Evaluate | None = None, kernels_root: Path | None = None,
     baselines: Sequence[str] = ("eager", "compile"), timing: TimingConfig | None = None,
-    limits: dict[str, Any] | None = None,
+    limits: dict[str, Any] | None = None, shapes: Sequence[str] = (),
 ) -> RunSummary:
     """Run (or with `resume`, continue) the coder/judge loop on a task until a budget stops it.
 
     A resumed run keeps what it started with (task, backend, provider and models, budgets, what
-    is measured); `limits` overrides budgets (`{"max_rounds": 20}` extends a run).
+    is measured); `limits` overrides budgets (`{"max_rounds": 20}` extends a run). `shapes` limits
+    the shape variants checked (default: all); the first one is the one timed.
     `approve` answers the review question when `review` is on (None: the run pauses and a later
     `resume` asks again). `provider` and `evaluate` replace the configured ones (tests, notebooks).
     """
@@ -86,6 +87,7 @@ def optimize(
         settings = dataclasses.replace(settings, agent=dataclasses.replace(settings.agent, **meta["agent"]))
         baselines = tuple(meta.get("baselines", baselines))
         timing = TimingConfig(**meta["timing"]) if meta.get("timing") else None
+        shapes = tuple(meta.get("shapes") or ())
     else:
         if task_ref is None:
             raise RunError("name a task, or --resume RUN_ID")
@@ -111,7 +113,7 @@ def optimize(
             "coder_model": _model(provider, "coder"), "judge_model": _model(provider, "judge"),
             "base_url": settings.provider.base_url, "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "agent": dataclasses.asdict(settings.agent), "baselines": list(baselines),
-            "timing": dataclasses.asdict(timing) if timing else None,
+            "timing": dataclasses.asdict(timing) if timing else None, "shapes": list(shapes),
         }
         (run_dir / "run.json").write_text(json.dumps(meta, indent=1))
     else:
@@ -124,7 +126,7 @@ def optimize(
     try:
         graph = build_graph(
             SqliteSaver(conn), provider, store=store, task=task, backend=backend,
-            evaluate=evaluate or _sandboxed_evaluate(settings, device, tuple(baselines), timing),
+            evaluate=evaluate or _sandboxed_evaluate(settings, device, tuple(baselines), timing, tuple(shapes)),
             limits=settings.agent, device_spec=meta["device_spec"],
             planned_rounds=getattr(provider, "planned_rounds", None), review=review,
             finish=lambda state: write_outputs(run_dir, state, store, meta),
@@ -204,7 +206,7 @@ def _summary(run_dir: Path, meta: dict[str, Any], state: dict[str, Any], status:
 
 
 def _sandboxed_evaluate(settings: Settings, device: str, baselines: tuple[str, ...],
-                        timing: TimingConfig | None) -> Evaluate:
+                        timing: TimingConfig | None, shapes: tuple[str, ...]) -> Evaluate:
     from agentforge.evaluator.api import evaluate, make_job
     from agentforge.sandbox.config import from_settings
 
@@ -213,7 +215,8 @@ def _sandboxed_evaluate(settings: Settings, device: str, baselines: tuple[str, .
 
     def run(task: Task, candidate: Candidate) -> EvalResult:
         job = make_job(task, candidate, device=device, track=settings.eval.track, measure=measure,
-                       timing=timing, cuda_arch=settings.eval.cuda_arch,
+                       timing=timing, cuda_arch=settings.eval.cuda_arch, shapes=shapes,
+                       timing_shape=shapes[0] if shapes else "default",
                        cache_dir=str(Path(settings.cache_dir).expanduser()))
         return evaluate(job, sandbox)
 

@@ -36,6 +36,8 @@ def optimize_command(
                       ] = False,
     compile_baseline: Annotated[bool, typer.Option("--compile-baseline/--no-compile-baseline",
                                                    help="also time torch.compile baselines")] = True,
+    shape: Annotated[list[str] | None, typer.Option(
+        "--shape", help="shape variant(s) to check (default: all); the first is timed")] = None,
     quick: Annotated[bool, typer.Option(help="fewer timed repetitions (max 40, 1 s per subject): for demos; "
                                              "re-measure the result with `agentforge eval`")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="no live view; print exactly one JSON object")] = False,
@@ -64,6 +66,7 @@ def optimize_command(
                 task, settings, resume=resume, review=review, approve=approve, on_progress=view.update,
                 baselines=("eager", "compile") if compile_baseline else ("eager",),
                 timing=TimingConfig(**QUICK_TIMING) if quick else None,
+                shapes=tuple(shape or ()),
                 limits=_explicit_limits(max_rounds, max_cost_usd, max_minutes) if resume else None,
             )
     except (RunError, ProviderError, TaskLoadError) as exc:
@@ -119,8 +122,10 @@ class _LiveView:
         record = view.get("last")
         if record:
             speed = f", {record['speedup']:.2f}x" if record.get("speedup") else ""
-            self.live.console.print(f"round {record['round']} [{record['mode']}] {record['status']}{speed}: "
-                                    f"{record['outcome']}")
+            from rich.markup import escape
+
+            self.live.console.print(escape(f"round {record['round']} ({record['mode']}) {record['status']}{speed}: "
+                                           f"{record['outcome']}"))
         self.live.update(self._table())
 
     def _table(self) -> Any:
@@ -139,6 +144,7 @@ class _LiveView:
 
 
 def _render_summary(summary: Any) -> None:
+    console.print()
     if summary.notice:
         console.print(f"[yellow]{summary.notice}[/yellow]")
     best = summary.best

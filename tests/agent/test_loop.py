@@ -25,6 +25,8 @@ def _settings(tmp_path: Path, provider: str, base_url: str, **agent: object) -> 
     settings.provider.max_retries = 3
     settings.eval.backend = "cpu"
     settings.eval.profile = False
+    # The loop is under test here, not the sandbox's isolation (tested in tests/sandbox): the child
+    # runs as this user, so it can read pytest's private tmp folders that hold the build cache.
     settings.sandbox.isolation = "none"
     for key, value in agent.items():
         setattr(settings.agent, key, value)
