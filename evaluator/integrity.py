@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from agentforge.evaluator.result import Flag
 
@@ -61,6 +63,11 @@ _FAST_MATH_TEXT = re.compile(r"(fast[-_]math|-Ofast|unsafe-math-optimizations|as
                              r"finite-math-only|prec-div\s*=\s*(false|0)|prec-sqrt\s*=\s*(false|0)|"
                              r"#\s*pragma\s+GCC\s+optimize|__attribute__\s*\(\(\s*optimize|"
                              r"#\s*pragma\s+clang\s+fp\s+(reassociate|contract\s*\(\s*fast))", re.IGNORECASE)
+_INTROSPECTION_ATTRS = {"modules", "f_back", "f_locals", "f_globals", "gi_frame", "tb_frame", "cr_frame",
+                        "__subclasses__", "__globals__", "__closure__", "__code__", "__builtins__"}
+# What `native` keeps for the evaluator: the build records and the flag policy.
+_BUILD_INTERNALS = {"BUILD_EVENTS", "BuildEvent", "FORBIDDEN_FLAGS", "DEFAULT_CXX_FLAGS", "_check_flags",
+                    "build_cache", "load_inline_redirected"}
 _C_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 
 
@@ -178,9 +185,13 @@ def _imports(tree: ast.Module) -> list[StaticFinding]:
                 found.append(StaticFinding("dynamic_import", f"line {node.lineno} imports importlib"))
         if isinstance(node, ast.Attribute) and node.attr in _INTROSPECTION_CALLS:
             found.append(StaticFinding("forbidden_introspection", f"line {node.lineno} uses .{node.attr}"))
-        if isinstance(node, ast.Attribute) and node.attr in ("modules", "f_back", "f_locals", "f_globals", "gi_frame",
-                                                             "tb_frame", "cr_frame", "__subclasses__"):
+        if isinstance(node, ast.Attribute) and node.attr in _INTROSPECTION_ATTRS:
             found.append(StaticFinding("forbidden_introspection", f"line {node.lineno} uses .{node.attr}"))
+        name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+        if name in _BUILD_INTERNALS:
+            found.append(StaticFinding("forbidden_introspection", f"line {node.lineno} touches the build's {name}"))
+        if isinstance(node, ast.ImportFrom) and node.module and any(a.name in _BUILD_INTERNALS for a in node.names):
+            found.append(StaticFinding("forbidden_introspection", f"line {node.lineno} imports the build's internals"))
     return _dedupe(found)
 
 
@@ -259,6 +270,24 @@ def _patching(tree: ast.Module, aliases: dict[str, str] | None = None) -> list[S
             if owner in _PATCH_TARGETS or dunder or not isinstance(attr, ast.Constant):
                 found.append(StaticFinding("monkey_patch",
                                            f"line {node.lineno} calls {node.func.id} on {ast.unparse(node.args[0])}"))
+    return _dedupe(found)
+
+
+def build_findings(events: Iterable[Any]) -> list[StaticFinding]:
+    """Fast-math and library calls in what was actually built: each build's flags and sources as the
+    compiler got them (catches flags and pragmas assembled at run time, which the AST cannot read)."""
+    found = []
+    for event in events:
+        flags = " ".join(f for f in getattr(event, "flags", ()) if f != "|")
+        for text, what in [(flags, "flags"), *((src, f"{kind} source") for kind, src in
+                                                 getattr(event, "sources", {}).items() if kind != "cubin")]:
+            text = _C_COMMENT.sub("", text or "")
+            fast = _FAST_MATH_TEXT.search(text)
+            if fast:
+                found.append(StaticFinding("fast_math", f"build {event.name}: {what} set {fast.group(0)!r}"))
+            library = _LIBRARY_TEXT.search(text)
+            if library:
+                found.append(StaticFinding("library_fallback", f"build {event.name}: {what} name {library.group(0)}"))
     return _dedupe(found)
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from agentforge.evaluator import device_state
+from agentforge.evaluator import device_state, integrity, native
 from agentforge.evaluator.compare import compare, same_result
 from agentforge.evaluator.guards import (
     ConcurrencyWatch,
@@ -150,8 +150,11 @@ def _call_candidate(candidate: Any, inputs: list[Any], reference_cls: type, wher
 def check_shape(task: Task, model_cls: type, shape: str, shape_index: int, device: torch.device,
                 settings: CorrectnessSettings, outcome: CorrectnessOutcome, allowed_ops: tuple[str, ...]) -> None:
     reference_cls = task.module.Model
-    if shape_index == 0 and isinstance(model_cls, type) and issubclass(model_cls, reference_cls):
-        outcome.evidence.append(("reference_reuse", "ModelNew is a subclass of the task's Model"))
+    if shape_index == 0:
+        # What was built, as the compiler saw it (flags and pragmas assembled at run time included).
+        outcome.evidence += [(f.rule, f.evidence) for f in integrity.build_findings(native.BUILD_EVENTS)]
+        if isinstance(model_cls, type) and issubclass(model_cls, reference_cls):
+            outcome.evidence.append(("reference_reuse", "ModelNew is a subclass of the task's Model"))
     reference, candidate = build_models(task, model_cls, shape, settings.base_seed, device)
     reference_hi = copy.deepcopy(reference).to(settings.reference_dtype)
     outcome.models[shape] = (reference, candidate)

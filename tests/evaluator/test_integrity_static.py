@@ -83,6 +83,9 @@ MORE_POSITIVES: list[tuple[str, str]] = [
     ("fast_math", 'flags = ["-fassociative-math"]\n'),
     ("fast_math", 'SRC = "__attribute__((optimize(\\"-ffast-math\\"))) float f(float x);"\n'),
     ("fast_math", 'flags = ["-prec-div=false"]\n'),
+    ("forbidden_introspection", "from agentforge.evaluator.native import BUILD_EVENTS\n"),
+    ("forbidden_introspection", "import agentforge.evaluator.native as n\nn.BUILD_EVENTS.clear()\n"),
+    ("forbidden_introspection", "load_cpp.__globals__['FORBIDDEN_FLAGS'] = ()\n"),
 ]
 
 
@@ -131,3 +134,17 @@ def test_findings_are_deduplicated() -> None:
     findings = integrity.static_findings("import threading\nimport threading\n")
     assert len([f for f in findings if f.rule == "background_work"]) == 2  # two lines, two pieces of evidence
     assert len(integrity.static_findings("x = Model\n")) == 1
+
+
+def test_build_findings_read_what_the_compiler_got() -> None:
+    from agentforge.evaluator.native import BuildEvent
+
+    assembled = BuildEvent("lean-cpp", "k", True, 0.1, False, sources={"cpp": "int f();"},
+                           flags=("-O3", "-fassociative-math"))
+    pragma = BuildEvent("load_inline", "k2", True, 0.1, False,
+                        sources={"cpp": "#pragma GCC optimize(\"O3\")\nint f();", "cuda": ""}, flags=("|", "|"))
+    blas = BuildEvent("lean-cpp", "k3", True, 0.1, False, sources={"cpp": "cblas_sgemm(0);"}, flags=())
+    honest = BuildEvent("lean-cpp", "k4", True, 0.1, False,
+                        sources={"cpp": "// not -ffast-math\nint f();"}, flags=("-O3", "-march=native", "-fopenmp"))
+    found = {(f.rule, f.evidence.split(":")[0]) for f in integrity.build_findings([assembled, pragma, blas, honest])}
+    assert found == {("fast_math", "build k"), ("fast_math", "build k2"), ("library_fallback", "build k3")}
