@@ -147,6 +147,12 @@ def optimize(
     return summary
 
 
+def run_meta(runs_dir: str | Path, run_id: str) -> dict[str, Any] | None:
+    """What a run was started with (`run.json`), or None when there is no such run."""
+    path = Path(runs_dir).expanduser() / run_id / "run.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
 def _drive(graph: Any, config: dict[str, Any], graph_input: Any, run_dir: Path,
            approve: Callable[[dict[str, Any]], bool] | None,
            on_progress: Callable[[dict[str, Any]], None] | None, command: Any) -> str:
@@ -179,7 +185,8 @@ def progress_view(node: str, state: dict[str, Any]) -> dict[str, Any]:
     usage = state.get("usage") or {}
     pending = state.get("pending") or {}
     return {
-        "stage": node, "round": pending.get("round", state.get("round", 0)), "mode": state.get("mode"),
+        "run_id": state.get("run_id"), "stage": node, "round": pending.get("round", state.get("round", 0)),
+        "mode": state.get("mode"),
         "best_speedup": best.get("speedup"), "best_speedup_vs_compile": best.get("speedup_vs_compile"),
         "input_tokens": usage.get("input_tokens", 0), "output_tokens": usage.get("output_tokens", 0),
         "cost_usd": usage.get("cost_usd", 0.0), "stop_reason": state.get("stop_reason"),

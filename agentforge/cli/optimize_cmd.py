@@ -44,6 +44,8 @@ def optimize_command(
     config: Annotated[str | None, typer.Option(help="settings file (default: agentforge.toml)")] = None,
 ) -> None:
     """Make TASK's kernel faster with a coder LLM and a judge LLM, measured by the hardened evaluator."""
+    if resume and provider is None:
+        provider = _provider_of_run(config, out, resume)
     settings = build_settings(
         config, provider__name=provider, provider__model=model, provider__judge_model=judge_model,
         provider__base_url=base_url, eval__backend=backend, agent__max_rounds=max_rounds,
@@ -69,6 +71,11 @@ def optimize_command(
                 shapes=tuple(shape or ()),
                 limits=_explicit_limits(max_rounds, max_cost_usd, max_minutes) if resume else None,
             )
+    except KeyboardInterrupt:
+        run_id = view.last.get("run_id")
+        if run_id:
+            err_console.print(f"interrupted; continue with: agentforge optimize --resume {run_id}")
+        raise typer.Exit(130) from None
     except (RunError, ProviderError, TaskLoadError) as exc:
         if as_json:
             print(json.dumps({"error": str(exc)}))
@@ -79,6 +86,15 @@ def optimize_command(
         print(json.dumps(summary.to_dict(), default=str))
         return
     _render_summary(summary)
+
+
+def _provider_of_run(config: str | None, out: str | None, run_id: str) -> str | None:
+    """A resumed run keeps its provider: name it before settings pick a key for it."""
+    from agentforge.agent.run import run_meta
+
+    runs_dir = out or build_settings(config).runs_dir
+    meta = run_meta(runs_dir, run_id)
+    return meta.get("provider") if meta else None
 
 
 def _explicit_limits(max_rounds: int | None, max_cost_usd: float | None, max_minutes: float | None
