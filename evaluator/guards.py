@@ -99,14 +99,41 @@ def precision_switches() -> dict[str, Any]:
     }
 
 
+# The harness's own modules (and the task loader both sides draw inputs from).
+_HARNESS_MODULES = ("agentforge.evaluator", "agentforge.sandbox", "agentforge.task", "agentforge.candidate")
+# Namespaces the reference computes with: a patched `torch.relu` would change both sides at once.
+_REFERENCE_NAMESPACES: tuple[tuple[str, Any], ...] = (
+    ("torch", torch), ("torch.nn.functional", torch.nn.functional), ("torch.Tensor", torch.Tensor),
+    ("torch.nn.Module", torch.nn.Module), ("torch.linalg", torch.linalg), ("torch.special", torch.special),
+    ("torch.fft", torch.fft),
+)
+
+
 def _evaluator_functions() -> dict[str, Any]:
+    """Every function of the harness's modules, and the methods of the classes they define."""
     ids = {}
     for name, module in list(sys.modules.items()):
-        if module is None or not name.startswith(("agentforge.evaluator", "agentforge.sandbox")):
+        if module is None or not name.startswith(_HARNESS_MODULES):
             continue
         for attr, value in list(vars(module).items()):
-            if callable(value):
-                ids[f"{name}.{attr}"] = value
+            if not callable(value):
+                continue
+            ids[f"{name}.{attr}"] = value
+            if isinstance(value, type) and value.__module__ == name:
+                for method, member in list(vars(value).items()):
+                    if callable(member) or isinstance(member, staticmethod | classmethod | property):
+                        ids[f"{name}.{attr}.{method}"] = member
+    return ids
+
+
+def _reference_functions() -> dict[str, Any]:
+    """The public callables of torch's namespaces, by identity (a few thousand `getattr_static`s)."""
+    ids = {}
+    for label, namespace in _REFERENCE_NAMESPACES:
+        names = vars(namespace) if isinstance(namespace, type) else getattr(namespace, "__dict__", {})
+        for attr, value in list(names.items()):
+            if not attr.startswith("__") and callable(value):
+                ids[f"{label}.{attr}"] = value
     return ids
 
 
@@ -135,6 +162,7 @@ class TamperSnapshot:
     def take(cls) -> TamperSnapshot:
         raw = {f"{getattr(owner, '__name__', owner)}.{attr}": inspect.getattr_static(owner, attr, None)
                for owner, attr in _WATCHED_ATTRIBUTES}
+        raw.update(_reference_functions())
         raw.update(_evaluator_functions())
         return cls({k: _identity(v) for k, v in raw.items()}, precision_switches())
 

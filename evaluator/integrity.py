@@ -257,6 +257,10 @@ def _patching(tree: ast.Module, aliases: dict[str, str] | None = None) -> list[S
         elif isinstance(node, ast.Delete):
             targets = list(node.targets)
         for target in targets:
+            if isinstance(target, ast.Subscript) and _is_namespace(target.value):
+                found.append(StaticFinding("monkey_patch",
+                                           f"line {node.lineno} writes into {ast.unparse(target.value)}"))
+                continue
             if not isinstance(target, ast.Attribute):
                 continue
             if _resolved_root(target, aliases) in _PATCH_TARGETS or target.attr in _DUNDER_PATCHES:
@@ -289,6 +293,13 @@ def build_findings(events: Iterable[Any]) -> list[StaticFinding]:
             if library:
                 found.append(StaticFinding("library_fallback", f"build {event.name}: {what} name {library.group(0)}"))
     return _dedupe(found)
+
+
+def _is_namespace(node: ast.AST) -> bool:
+    """`vars(x)`, `globals()`, `x.__dict__`: writing into these replaces attributes without an assignment."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("vars", "globals"):
+        return bool(node.args) or node.func.id == "globals"
+    return isinstance(node, ast.Attribute) and node.attr == "__dict__"
 
 
 def _dedupe(findings: list[StaticFinding]) -> list[StaticFinding]:

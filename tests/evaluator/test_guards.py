@@ -177,3 +177,20 @@ def test_inspect_outputs_flags_aliases_subclasses_and_non_tensors() -> None:
     assert guards.inspect_outputs([torch.zeros(4).as_subclass(Sub)], [x])[0][0] == "lazy_output"
     assert guards.inspect_outputs([[1.0, 2.0]], [x])[0][0] == "output_type"
     assert guards.inspect_outputs([torch.empty(4, device="meta")], [x])[0][0] == "lazy_output"
+
+
+def test_tamper_snapshot_covers_the_ops_the_reference_calls_and_the_task_loader() -> None:
+    from agentforge.task import Task
+
+    snapshot = guards.TamperSnapshot.take()
+    namespace = vars(torch)
+    saved_relu, saved_inputs = namespace["relu"], Task.make_inputs
+    namespace["relu"] = lambda x: x
+    Task.make_inputs = lambda self, *a, **k: []
+    try:
+        patched, _ = snapshot.changes()
+    finally:
+        namespace["relu"] = saved_relu
+        Task.make_inputs = saved_inputs
+    assert {"torch.relu", "agentforge.task.Task.make_inputs"} <= set(patched)
+    assert snapshot.changes() == ([], [])

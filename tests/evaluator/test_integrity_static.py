@@ -83,6 +83,8 @@ MORE_POSITIVES: list[tuple[str, str]] = [
     ("fast_math", 'flags = ["-fassociative-math"]\n'),
     ("fast_math", 'SRC = "__attribute__((optimize(\\"-ffast-math\\"))) float f(float x);"\n'),
     ("fast_math", 'flags = ["-prec-div=false"]\n'),
+    ("monkey_patch", "import torch\nvars(torch)['relu'] = f\n"),
+    ("monkey_patch", "torch.__dict__['relu'] = f\n"),
     ("forbidden_introspection", "from agentforge.evaluator.native import BUILD_EVENTS\n"),
     ("forbidden_introspection", "import agentforge.evaluator.native as n\nn.BUILD_EVENTS.clear()\n"),
     ("forbidden_introspection", "load_cpp.__globals__['FORBIDDEN_FLAGS'] = ()\n"),
