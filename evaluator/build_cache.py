@@ -50,8 +50,14 @@ class CacheEntry:
         return (self.folder / "READY").exists()
 
 
+def _builds() -> Path:
+    """One build tree per user: a library built by root (an in-process run) is unreadable to the
+    sandbox's unprivileged uid, and an unprivileged child must never write where root loads from."""
+    return cache_root() / f"build-uid{os.geteuid()}"
+
+
 def entry(kind: str, key: str) -> CacheEntry:
-    return CacheEntry(cache_root() / "build" / kind / key)
+    return CacheEntry(_builds() / kind / key)
 
 
 def publish(staging: Path, target: CacheEntry) -> None:
@@ -66,6 +72,6 @@ def publish(staging: Path, target: CacheEntry) -> None:
 
 
 def staging_dir(kind: str) -> Path:
-    root = cache_root() / "build" / kind
+    root = _builds() / kind
     root.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix=".staging-", dir=root))
