@@ -32,6 +32,20 @@ def _compiled(model: torch.nn.Module, mode: str) -> Any:
     return torch.compile(copy.deepcopy(model), mode=None if mode == "default" else mode)
 
 
+def _load_notes(device: torch.device) -> list[str]:
+    """CPU timings on an oversubscribed machine measure the scheduler, not the kernels: say so.
+    (PyTorch's intra-op thread pool suffers most: a 70 us op can take 25 ms to wake its threads.)"""
+    if device.type != "cpu":
+        return []
+    import os
+
+    load = os.getloadavg()[0]
+    cores = os.cpu_count() or 1
+    if load <= cores:
+        return []
+    return [f"machine loaded: load average {load:.1f} on {cores} cores; CPU timings and their ratios are unreliable"]
+
+
 def measure(task: Task, shape: str, candidate: torch.nn.Module, reference: torch.nn.Module,
             reference_dtype: torch.dtype, device: torch.device, config: TimingConfig,
             baselines: tuple[str, ...], compile_modes: tuple[str, ...], tolerance: tuple[float, float],
