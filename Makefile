@@ -9,6 +9,9 @@ TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo "torch>=2.4"
 TORCH_ARGS ?=
 PYTEST_ARGS ?=
 DEMO_TASK ?= level1/softmax
+# Without a GPU: the CPU backend on the task's small shape (the default shapes are GPU-sized).
+DEMO_ARGS ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo "--backend cuda" || \
+	echo "--backend cpu --shape small --quick --no-compile-baseline")
 
 .PHONY: setup system-deps test lint demo clean
 
@@ -32,7 +35,7 @@ test: setup system-deps lint
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 demo: setup
-	$(VENV)/bin/agentforge optimize $(DEMO_TASK) --provider library --max-rounds 4
+	$(VENV)/bin/agentforge optimize $(DEMO_TASK) --provider library --max-rounds 4 $(DEMO_ARGS)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache

@@ -6,8 +6,11 @@ the returned EvalResult. It stops at the first failing stage.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -69,11 +72,32 @@ def run_pipeline(job: EvalJob) -> EvalResult:
     ctx = Context(job)
     build_cache.set_cache_root(job.cache_dir)
     try:
-        return _run(ctx)
+        with _cpu_threads(job):
+            return _run(ctx)
     except Exception as exc:
         status = Status.RUNTIME_ERROR
         return _finish(ctx, status, error=ErrorRecord(
             type=type(exc).__name__, message=str(exc)[:2000], traceback_tail=traceback.format_exc()[-4000:]))
+
+
+@contextlib.contextmanager
+def _cpu_threads(job: EvalJob) -> Iterator[None]:
+    """Pin PyTorch's intra-op pool and OpenMP (read when the candidate's library loads) to the
+    same thread count for CPU jobs; restored afterwards."""
+    if job.cpu_threads <= 0 or device_state.resolve_device(job.device).type != "cpu":
+        yield
+        return
+    saved_threads, saved_env = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+    torch.set_num_threads(job.cpu_threads)
+    os.environ["OMP_NUM_THREADS"] = str(job.cpu_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved_threads)
+        if saved_env is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = saved_env
 
 
 def _run(ctx: Context) -> EvalResult:
@@ -258,7 +282,8 @@ def _finish(ctx: Context, status: Status, **records: Any) -> EvalResult:
     provenance = EvalProvenance(
         track=job.track,
         track_settings={"timing": to_plain(timing_cfg), "correctness": to_plain(correctness_cfg),
-                        "measure": to_plain(job.measure), "shapes": list(job.shapes)},
+                        "measure": to_plain(job.measure), "shapes": list(job.shapes),
+                        "cpu_threads": job.cpu_threads if ctx.device.type == "cpu" else None},
         versions=device_state.versions(), device=info, host=device_state.host(), started_at=ctx.started_at,
         duration_s=round(time.perf_counter() - ctx.started, 3),
     )

@@ -97,6 +97,10 @@ class EvalJob:
     correctness: CorrectnessConfig = field(default_factory=CorrectnessConfig)
     cuda_arch: str = "sm_90a"  # for compile-only CUDA verdicts without a GPU
     compile_only: bool = False
+    # CPU jobs: threads for the candidate's OpenMP and PyTorch's intra-op pool alike (0: leave
+    # both at their defaults). One thread keeps CPU ratios about kernels, not the scheduler, on
+    # shared machines, where a woken thread pool can cost more than the op.
+    cpu_threads: int = 1
     cache_dir: str | None = None
     candidate_meta: dict[str, Any] = field(default_factory=dict)  # provenance, carried through
 
