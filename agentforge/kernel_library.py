@@ -311,6 +311,7 @@ def _measured_summary(results: dict[str, Any]) -> dict[str, Any]:
     speedups = [s["speedup"] for s in per_shape.values() if s["speedup"] is not None]
     vs_compile = [s["speedup_vs_compile"] for s in per_shape.values() if s["speedup_vs_compile"] is not None]
     default = per_shape.get("default") or next(iter(per_shape.values()))
+    heaviest = _heaviest_shape(per_shape)
     summary = {
         "accepted": accepted,
         "shapes": list(per_shape),
@@ -318,6 +319,10 @@ def _measured_summary(results: dict[str, Any]) -> dict[str, Any]:
         "speedup": _geomean(speedups) if accepted and len(speedups) == len(per_shape) else None,
         "speedup_vs_compile": (_geomean(vs_compile) if accepted and len(vs_compile) == len(per_shape)
                                else None),
+        # The shape where eager takes longest: on small shapes per-call overheads dominate both sides.
+        "heaviest_shape": heaviest,
+        "speedup_heaviest": per_shape[heaviest]["speedup"] if heaviest else None,
+        "speedup_vs_compile_heaviest": per_shape[heaviest]["speedup_vs_compile"] if heaviest else None,
         "speedup_default": default["speedup"],
         "speedup_vs_compile_default": default["speedup_vs_compile"],
         "sol_fraction": default["sol_fraction"],
@@ -328,6 +333,11 @@ def _measured_summary(results: dict[str, Any]) -> dict[str, Any]:
     }
     summary["targets"] = _targets(summary)
     return summary
+
+
+def _heaviest_shape(per_shape: dict[str, dict[str, Any]]) -> str | None:
+    timed = [(s["eager_us"]["median"], shape) for shape, s in per_shape.items() if s.get("eager_us")]
+    return max(timed)[1] if timed else None
 
 
 def _targets(summary: dict[str, Any]) -> dict[str, Any]:
@@ -394,12 +404,21 @@ def summary_row(kernel: ReferenceKernel) -> dict[str, str]:
                 "vs eager": "not measured", "vs compile": "not measured", "time": "",
                 "resources": f"{regs} regs, {spills} B spill" if regs is not None else "", "date": date}
     cand = summary.get("candidate_us") or {}
-    time_text = f"{cand['median']:.1f} us ± {cand['stdev']:.1f}" if cand else ""
+    per_shape = summary.get("per_shape") or {}
+    headline = "default" if "default" in per_shape else next(iter(per_shape), "")
+    time_text = f"{cand['median']:.1f} us ± {cand['stdev']:.1f} ({headline})" if cand else ""
     skipped = summary.get("skipped_shapes") or {}
     measured_on = len(summary.get("per_shape", {}))
     state = f"measured ({measured_on} of {measured_on + len(skipped)} shapes)" if skipped else "measured"
+    heavy = summary.get("heaviest_shape")
+    if heavy is None and per_shape:
+        heavy = _heaviest_shape(per_shape)
+    heavy_text = f"; {_x(per_shape[heavy]['speedup'])} on {heavy}" if heavy and len(per_shape) > 1 else ""
+    heavy_compile = (f"; {_x(per_shape[heavy]['speedup_vs_compile'])} on {heavy}"
+                     if heavy and len(per_shape) > 1 and summary.get("speedup_vs_compile") is not None else "")
     return {**row, "state": state, "accepted": "yes" if summary.get("accepted") else "no",
-            "vs eager": _x(summary.get("speedup")), "vs compile": _x(summary.get("speedup_vs_compile")),
+            "vs eager": _x(summary.get("speedup")) + heavy_text,
+            "vs compile": _x(summary.get("speedup_vs_compile")) + heavy_compile,
             "time": time_text, "resources": "", "date": date}
 
 
@@ -408,6 +427,8 @@ def _x(value: float | None) -> str:
 
 
 TABLE_COLUMNS = ("gpu", "task", "backend", "state", "accepted", "vs eager", "vs compile", "time", "resources", "date")
+# "vs eager" / "vs compile": the geometric mean over the measured shape variants, then the figure
+# on the heaviest one (the shape where eager takes longest). "time": the default shape's median.
 
 
 def render_table(kernels: list[ReferenceKernel]) -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--gpu", help="kernel folder to measure (default: cpu, plus the local GPU's)")
-    parser.add_argument("--task", help="only this task (level/name, bare name or substring)")
+    parser.add_argument("--task", help="only these tasks (comma-separated: level/name, bare name or substring)")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
     parser.add_argument("--baselines", default="eager,compile", help="comma-separated: eager, compile")
     parser.add_argument("--compile-modes", default="default,max-autotune",
@@ -60,7 +60,9 @@ def _targets(args: argparse.Namespace, device: str) -> list:
             slugs.append(gpu_slug(torch.cuda.get_device_name(device)))
         elif args.compile_only:
             slugs += sorted({k.gpu for k in select_kernels(None, None, args.root)} - {"cpu"})
-    return [k for slug in slugs for k in select_kernels(slug, args.task, args.root)]
+    wanted = [t for t in (args.task or "").split(",") if t] or [None]
+    found = [k for slug in slugs for task in wanted for k in select_kernels(slug, task, args.root)]
+    return list({k.path: k for k in found}.values())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,8 @@ from agentforge.cli.common import console, err_console
 
 GPU_HELP = "kernel folder: h100, h200, cpu, ... (default: all)"
 TASK_HELP = "task: level/name, or a bare name or substring"
+# What `list` shows (the README table has these and a few more).
+LIST_COLUMNS = ("gpu", "task", "state", "vs eager", "vs compile", "time", "resources")
 
 
 def register(app: typer.Typer) -> None:
@@ -31,18 +33,19 @@ def list_kernels_cmd(
     """Every shipped kernel with its recorded figures ("not measured" where it awaits a GPU)."""
     from rich.table import Table
 
-    from agentforge.kernel_library import TABLE_COLUMNS, select_kernels, summary_row
+    from agentforge.kernel_library import select_kernels, summary_row
 
     kernels = select_kernels(gpu, task)
     if not kernels:
         err_console.print(f"no shipped kernels match gpu={gpu or 'any'} task={task or 'any'}")
         raise typer.Exit(1)
     table = Table(title=f"{len(kernels)} reference kernels")
-    for column in TABLE_COLUMNS:
-        table.add_column(column, justify="right" if column in ("vs eager", "vs compile", "time") else "left")
+    for column in LIST_COLUMNS:
+        table.add_column(column, justify="right" if column in ("vs eager", "vs compile", "time") else "left",
+                         no_wrap=column in ("task", "vs eager", "vs compile"))
     for kernel in kernels:
         row = summary_row(kernel)
-        table.add_row(*(row[c] for c in TABLE_COLUMNS))
+        table.add_row(*(row[c] for c in LIST_COLUMNS))
     console.print(table)
 
 
@@ -108,6 +111,7 @@ def verify_kernels(
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N, or auto (cuda if visible)"),
     baselines: str = typer.Option("eager,compile", "--baselines", help="comma-separated: eager, compile"),
     quick: bool = typer.Option(False, "--quick", help="short timing (a few repetitions per subject)"),
+    shapes: str = typer.Option("", "--shapes", help="comma-separated shape variants (default: every variant)"),
     config: str | None = typer.Option(None, "--config", help="settings file (TOML)"),
 ) -> None:
     """Re-run the hardened evaluator on this machine; print recorded vs measured side by side."""
@@ -123,7 +127,7 @@ def verify_kernels(
     if not kernels:
         err_console.print(f"no shipped kernels match gpu={gpu or 'any'} task={task or 'any'}")
         raise typer.Exit(1)
-    options = _options(device, baselines, quick)
+    options = _options(device, baselines, quick, shapes)
     tasks_root = _tasks_root(settings)
     table = Table(title=f"verify on {options.device}")
     for column in ("kernel", "shape", "recorded", "measured now", "rec. vs eager", "now vs eager",
@@ -153,7 +157,7 @@ def verify_kernels(
         raise typer.Exit(1)
 
 
-def _options(device: str, baselines: str, quick: bool):
+def _options(device: str, baselines: str, quick: bool, shapes: str = ""):
     import torch
 
     from agentforge.evaluator.result import TimingConfig
@@ -167,7 +171,8 @@ def _options(device: str, baselines: str, quick: bool):
         err_console.print(f"unknown baselines {unknown}; choose from eager, compile")
         raise typer.Exit(2)
     timing = TimingConfig(warmup=2, min_reps=5, max_reps=20, time_cap_s=1.0) if quick else None
-    return MeasureOptions(device=device, baselines=chosen, timing=timing)
+    chosen_shapes = tuple(s.strip() for s in shapes.split(",") if s.strip())
+    return MeasureOptions(device=device, baselines=chosen, timing=timing, shapes=chosen_shapes)
 
 
 def _tasks_root(settings):

