@@ -43,7 +43,7 @@ DEFAULT_NUMEL_BUDGET = 1 << 24
 #: Sizes at or below this are kept when shrinking a problem (kernel sizes, strides, heads).
 _KEEP_SIZE = 16
 #: A shrunk problem aims this many times under the budget, so that its compute shrinks too.
-_SHRINK_MARGIN = 8
+_SHRINK_MARGIN = 64
 #: The audit runs a few forwards plus one per parameter; a reference slower than this is skipped.
 _SECONDS_PER_FORWARD = 2.0
 #: After this, the per-parameter checks stop (noted in the report).
@@ -106,7 +106,7 @@ def audit_task(task: Task, shape: str | None = None, numel_budget: int = DEFAULT
         shape = label = shape or task.smallest_shape()
         numel, _ = _meta_numel(task, shape)
         if numel is not None and numel > numel_budget and list(task.shapes) == [DEFAULT_SHAPE]:
-            shrunk = _shrunk(task, numel_budget // _SHRINK_MARGIN)
+            shrunk = _shrunk(task, numel_budget)
             if shrunk is not None:
                 task, label, numel = shrunk
         if numel is not None and numel > numel_budget:
@@ -123,9 +123,10 @@ def audit_task(task: Task, shape: str | None = None, numel_budget: int = DEFAULT
                        checked=tuple(checked), note=note)
 
 
-def _shrunk(task: Task, target: int) -> tuple[Task, str, int] | None:
+def _shrunk(task: Task, budget: int) -> tuple[Task, str, int] | None:
     """A copy of `task` whose large integer sizes (> _KEEP_SIZE: kernel sizes, strides and head
-    counts stay) are divided by 2, 4, 8... until inputs, parameters and outputs fit `target`.
+    counts stay) are divided by 2, 4, 8... until inputs, parameters and outputs fit well under
+    the budget (1/_SHRINK_MARGIN of it, so that compute shrinks too), or at least under it.
 
     The copy's source assigns the smaller values where the file assigns the sizes, so globals
     derived from them (`bias_shape = (out_channels, 1, 1)`) follow. Accepted only if its forward
@@ -135,32 +136,50 @@ def _shrunk(task: Task, target: int) -> tuple[Task, str, int] | None:
         tree = ast.parse(task.source)
     except SyntaxError:
         return None
-    for halvings in range(1, 12):
+    fitting: tuple[Task, str, int] | None = None
+    previous: dict[str, int] = {}
+    for halvings in range(1, 16):
         divisor = 2**halvings
         shrunk = {k: max(_KEEP_SIZE, v // divisor) for k, v in sizes.items()}
+        if shrunk == previous:
+            break  # every size is down to _KEEP_SIZE
+        previous = shrunk
         try:
             copy = Task(task.name, ast.unparse(_assign_sizes(tree, shrunk)), task.path)
         except TaskLoadError:
-            return None
+            break
         numel, outputs = _meta_numel(copy, DEFAULT_SHAPE)
-        if outputs is None:
-            return None
-        if numel is not None and numel <= target:
-            return copy, f"default/{divisor}", numel
-    return None
+        if outputs is None or numel is None:
+            break
+        if numel <= budget:
+            fitting = (copy, f"default/{divisor}", numel)
+            if numel <= budget // _SHRINK_MARGIN:
+                break
+    return fitting
 
 
 def _assign_sizes(tree: ast.Module, sizes: dict[str, int]) -> ast.Module:
-    """`tree` with each top-level `NAME = ...` (or `a = b = ...`) of a name in `sizes` assigning
-    the new value instead; other statements untouched."""
+    """`tree` with each top-level assignment of a name in `sizes` (`n = ...`, `a = b = ...`,
+    `h, w = 128, 128`) assigning the new value instead; other statements untouched."""
     body: list[ast.stmt] = []
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else []
-        names = [t.id for t in targets if isinstance(t, ast.Name)]
-        if names and len(names) == len(targets) and all(n in sizes for n in names):
-            node = ast.Assign(targets=targets, value=ast.Constant(sizes[names[0]]), lineno=node.lineno)
+        if isinstance(node, ast.Assign):
+            node = _reassigned(node, sizes)
         body.append(node)
     return ast.fix_missing_locations(ast.Module(body=body, type_ignores=[]))
+
+
+def _reassigned(node: ast.Assign, sizes: dict[str, int]) -> ast.Assign:
+    names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+    if names and len(names) == len(node.targets) and all(n in sizes for n in names):
+        return ast.Assign(targets=node.targets, value=ast.Constant(sizes[names[0]]), lineno=node.lineno)
+    target, value = node.targets[0], node.value
+    if (len(node.targets) == 1 and isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple)
+            and len(target.elts) == len(value.elts)):
+        elts = [ast.Constant(sizes[t.id]) if isinstance(t, ast.Name) and t.id in sizes else v
+                for t, v in zip(target.elts, value.elts, strict=True)]
+        return ast.Assign(targets=node.targets, value=ast.Tuple(elts=elts, ctx=ast.Load()), lineno=node.lineno)
+    return node
 
 
 def _run_checks(task: Task, shape: str, deadline: float) -> tuple[list[Finding], list[str], str | None]:

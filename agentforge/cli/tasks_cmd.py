@@ -169,7 +169,7 @@ def audit_tasks(
             else:
                 err_console.print(f"{n}/{len(paths)} {report.status} {report.task}", markup=False)
             counts[report.status] += 1
-            notes = [f"{f.check}: {f.detail}" for f in report.findings] + [report.skipped or "", report.note or ""]
+            notes = [*_condensed(report.findings), report.skipped or "", report.note or ""]
             detail = "; ".join(n for n in notes if n)
             table.add_row(escape(report.task), report.shape or "-", f"[{colour[report.status]}]{report.status}",
                           escape(detail), f"{report.seconds:.1f}")
@@ -177,6 +177,18 @@ def audit_tasks(
     console.print(", ".join(f"{n} {k}" for k, n in counts.items()))
     if counts["flagged"]:
         raise typer.Exit(1)
+
+
+def _condensed(findings, shown: int = 3) -> list[str]:
+    """One line per check: a model whose 40 parameters all fail the same check is one line."""
+    by_check: dict[str, list[str]] = {}
+    for finding in findings:
+        by_check.setdefault(finding.check, []).append(finding.detail)
+    lines = []
+    for check, details in by_check.items():
+        more = f" (+{len(details) - shown} more)" if len(details) > shown else ""
+        lines.append(f"{check}: {'; '.join(details[:shown])}{more}")
+    return lines
 
 
 def _load_or_exit(ref: str, root: Path | None):

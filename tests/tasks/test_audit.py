@@ -136,6 +136,13 @@ def test_a_large_kernelbench_problem_is_audited_on_a_shrunk_copy(write_task):
     report = audit_task(task, numel_budget=1 << 20)
     assert report.status == "ok", report
     assert report.shape.startswith("default/") and int(report.shape.split("/")[1]) >= 8
+    assert "height" in task.source and "height = width = 128" in task.source
+
+
+def test_tuple_assigned_sizes_shrink_too(write_task):
+    task = load_task(write_task(KB_LARGE.replace("height = width = 128", "height, width = 128, 128")))
+    report = audit_task(task, numel_budget=1 << 20)
+    assert report.status == "ok", report
     assert task.module.batch_size == 128  # the loaded task itself is untouched
 
 
