@@ -63,7 +63,7 @@ _FAST_MATH_TEXT = re.compile(r"(fast[-_]math|-Ofast|unsafe-math-optimizations|as
                              r"finite-math-only|prec-div\s*=\s*(false|0)|prec-sqrt\s*=\s*(false|0)|"
                              r"#\s*pragma\s+GCC\s+optimize|__attribute__\s*\(\(\s*optimize|"
                              r"#\s*pragma\s+clang\s+fp\s+(reassociate|contract\s*\(\s*fast))", re.IGNORECASE)
-_INTROSPECTION_ATTRS = {"modules", "f_back", "f_locals", "f_globals", "gi_frame", "tb_frame", "cr_frame",
+_INTROSPECTION_ATTRS = {"f_back", "f_locals", "f_globals", "gi_frame", "tb_frame", "cr_frame",
                         "__subclasses__", "__globals__", "__closure__", "__code__", "__builtins__"}
 # What `native` keeps for the evaluator: the build records and the flag policy.
 _BUILD_INTERNALS = {"BUILD_EVENTS", "BuildEvent", "FORBIDDEN_FLAGS", "DEFAULT_CXX_FLAGS", "_check_flags",
@@ -163,6 +163,7 @@ def _try_except_fallback(tree: ast.Module) -> list[StaticFinding]:
 
 
 def _imports(tree: ast.Module) -> list[StaticFinding]:
+    sys_aliases = _import_aliases(tree)
     found = []
     for node in ast.walk(tree):
         names: list[str] = []
@@ -187,6 +188,9 @@ def _imports(tree: ast.Module) -> list[StaticFinding]:
             found.append(StaticFinding("forbidden_introspection", f"line {node.lineno} uses .{node.attr}"))
         if isinstance(node, ast.Attribute) and node.attr in _INTROSPECTION_ATTRS:
             found.append(StaticFinding("forbidden_introspection", f"line {node.lineno} uses .{node.attr}"))
+        if (isinstance(node, ast.Attribute) and node.attr == "modules"
+                and _resolved_root(node.value, sys_aliases) == "sys"):  # not nn.Module.modules()
+            found.append(StaticFinding("forbidden_introspection", f"line {node.lineno} reads sys.modules"))
         name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
         if name in _BUILD_INTERNALS:
             found.append(StaticFinding("forbidden_introspection", f"line {node.lineno} touches the build's {name}"))

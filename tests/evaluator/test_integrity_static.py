@@ -24,6 +24,7 @@ class ModelNew(nn.Module):
         self.scale = 1.0
 
     def forward(self, x):
+        _ = [m for m in self.modules()]
         try:
             y = torch.empty_like(x)
         except RuntimeError:
@@ -55,6 +56,7 @@ MORE_POSITIVES: list[tuple[str, str]] = [
     ("forbidden_introspection", "import gc\n"),
     ("forbidden_introspection", "import inspect\n"),
     ("forbidden_introspection", "import sys\nmods = sys.modules\n"),
+    ("forbidden_introspection", "import sys as s\nmods = s.modules['x']\n"),
     ("forbidden_introspection", "from agentforge.evaluator import compare\n"),
     ("forbidden_introspection", "import agentforge.evaluator.stage_correctness as sc\n"),
     ("forbidden_introspection", "frame = f.f_back\n"),
