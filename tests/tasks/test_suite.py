@@ -75,9 +75,10 @@ def test_small_variant_runs_fast_and_passes_the_audit(path):
     model, inputs = task.make_model(0, "small"), task.make_inputs(0, "small")
     with torch.no_grad():
         model(*inputs)  # warm-up: first calls pay for lazy initialisation
-        start = time.perf_counter()
+        # CPU time of this process, not wall time: the test machine is shared.
+        start = time.process_time()
         model(*inputs)
-    assert time.perf_counter() - start < 0.5
+    assert time.process_time() - start < 0.5
     report = audit_task(task, shape="small")
     assert report.ok, [f"{f.check}: {f.detail}" for f in report.findings]
 
