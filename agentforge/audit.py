@@ -118,7 +118,8 @@ def audit_task(task: Task, shape: str | None = None, numel_budget: int = DEFAULT
     except _TooSlow as exc:
         return AuditReport(task.name, label, skipped=str(exc), seconds=time.perf_counter() - start)
     except Exception as exc:
-        findings, checked, note = [Finding("runs", f"reference fails: {type(exc).__name__}: {exc}")], [], None
+        first_line = (str(exc).strip().splitlines() or [""])[0]
+        findings, checked, note = [Finding("runs", f"reference fails: {type(exc).__name__}: {first_line}")], [], None
     return AuditReport(task.name, label, tuple(findings), seconds=time.perf_counter() - start,
                        checked=tuple(checked), note=note)
 
