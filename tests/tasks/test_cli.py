@@ -117,3 +117,11 @@ def test_help_does_not_import_torch():
     code = "import sys; from agentforge.cli import tasks_cmd; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_audit_table_condenses_many_findings_of_one_check():
+    from agentforge.audit import Finding
+    from agentforge.cli.tasks_cmd import _condensed
+
+    findings = [Finding("ignores-param", f"p{i}") for i in range(5)] + [Finding("tiny", "zeros pass")]
+    assert _condensed(findings) == ["ignores-param: p0; p1; p2 (+2 more)", "tiny: zeros pass"]
