@@ -236,9 +236,10 @@ def _strings(tree: ast.Module) -> list[StaticFinding]:
     """String constants (the C/C++/CUDA sources and flag lists), comments stripped: BLAS/cuBLAS/cuDNN
     calls and fast-math switches set from inside the source, where the build's flag check cannot see them."""
     found = []
+    docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
-            continue
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in docstrings:
+            continue  # a bare string statement (a docstring) is prose, never compiled
         text = _C_COMMENT.sub("", node.value)
         library = _LIBRARY_TEXT.search(text)
         if library:

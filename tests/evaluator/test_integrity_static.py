@@ -6,6 +6,7 @@ import pytest
 from agentforge.evaluator import integrity
 
 HONEST = '''
+"""ReLU without --use_fast_math or cuBLAS: exact IEEE results."""
 import ctypes
 import torch
 from torch import nn
