@@ -33,7 +33,11 @@ from agentforge.evaluator import build_cache
 
 DEFAULT_CXX_FLAGS = ("-O3", "-std=c++17", "-fPIC", "-shared", "-march=native")
 # --use_fast_math and friends change results; the evaluator pins flags so they cannot sneak in.
-FORBIDDEN_FLAGS = ("-ffast-math", "-Ofast", "--use_fast_math", "-use_fast_math", "-funsafe-math-optimizations")
+FORBIDDEN_FLAGS = (
+    "-ffast-math", "-Ofast", "--use_fast_math", "-use_fast_math", "-funsafe-math-optimizations",
+    "-fassociative-math", "-freciprocal-math", "-ffinite-math-only", "-fno-signed-zeros",
+    "-prec-div=false", "--prec-div=false", "-prec-sqrt=false", "--prec-sqrt=false", "-ftz=true", "--ftz=true",
+)
 
 
 class BuildError(RuntimeError):
@@ -58,7 +62,10 @@ BUILD_EVENTS: list[BuildEvent] = []
 
 
 def _check_flags(flags: Sequence[str]) -> None:
-    bad = [f for f in flags if f in FORBIDDEN_FLAGS]
+    """Refuse numerics-changing flags, also when several are packed into one string or passed
+    through -Xcompiler / -Xptxas lists."""
+    words = [w for flag in flags for part in str(flag).split() for w in part.split(",")]
+    bad = [w for w in words if w in FORBIDDEN_FLAGS]
     if bad:
         raise BuildError(f"forbidden compiler flags {bad}: they change numerics", log=" ".join(flags))
 

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import torch
-from agentforge.evaluator import build_cache, device_state, integrity, roofline_stage
+from agentforge.evaluator import build_cache, device_state, integrity, native, roofline_stage
 from agentforge.evaluator.guards import ConcurrencyWatch, TamperSnapshot
 from agentforge.evaluator.loading import load_candidate
 from agentforge.evaluator.result import (
@@ -44,6 +44,7 @@ from agentforge.candidate import code_hash
 from agentforge.task import DEFAULT_SHAPE, Task, TaskLoadError
 
 SPEEDUP_AUDIT = 10.0
+_perf_counter = time.perf_counter  # bound before any candidate can patch `time`
 
 # KernelBench's published settings (see FIELD.md): compare with its numbers on this track.
 KERNELBENCH_TIMING = TimingConfig(warmup=3, min_reps=100, max_reps=100, target_rel_stderr=0.0, flush_l2=False,
@@ -54,7 +55,7 @@ KERNELBENCH_CORRECTNESS = CorrectnessConfig(trials=5, base_seed=42, atol=1e-2, r
 @dataclass
 class Context:
     job: EvalJob
-    started: float = field(default_factory=time.perf_counter)
+    started: float = field(default_factory=lambda: _perf_counter())
     started_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
     stage: Stage = Stage.LOAD
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
@@ -119,7 +120,11 @@ def _run(ctx: Context) -> EvalResult:
     ctx.compile = loaded.compile
     if loaded.compile_failed:
         return _finish(ctx, Status.COMPILE_ERROR, error=loaded.error)
+    # What was actually built (flags and sources as the compiler got them, assembled at run time
+    # or not) joins the static evidence.
+    static += integrity.build_findings(native.BUILD_EVENTS)
     if compile_only:
+        _collect_flags(ctx, static, CorrectnessOutcome(), task, snapshot, watch)
         if loaded.error is not None:
             ctx.stage = Stage.LOAD
             return _finish(ctx, Status.RUNTIME_ERROR, error=loaded.error)
@@ -285,7 +290,7 @@ def _finish(ctx: Context, status: Status, **records: Any) -> EvalResult:
                         "measure": to_plain(job.measure), "shapes": list(job.shapes),
                         "cpu_threads": job.cpu_threads if ctx.device.type == "cpu" else None},
         versions=device_state.versions(), device=info, host=device_state.host(), started_at=ctx.started_at,
-        duration_s=round(time.perf_counter() - ctx.started, 3),
+        duration_s=round(_perf_counter() - ctx.started, 3),
     )
     result = EvalResult(
         task_name=job.task_name, candidate_hash=code_hash(job.candidate_source), backend=job.backend,
