@@ -76,9 +76,9 @@ torch::Tensor forward(torch::Tensor x, torch::Tensor r, torch::Tensor b, torch::
     auto out = torch::empty_like(x);
     auto stream = c10::cuda::getCurrentCUDAStream().stream();
     const long chunk = 65535;  // rows per launch (grid.y)
-    for (long r = 0; r < rows; r += chunk) {
-        long n = rows - r < chunk ? rows - r : chunk;
-        long o = r * cols;
+    for (long row0 = 0; row0 < rows; row0 += chunk) {
+        long n = rows - row0 < chunk ? rows - row0 : chunk;
+        long o = row0 * cols;
         int err = launch_bias_gelu_residual(x.data_ptr<float>() + o, r.data_ptr<float>() + o, b.data_ptr<float>(), a.data_ptr<float>(), out.data_ptr<float>() + o, n, cols, stream);
         TORCH_CHECK(err == 0, "bias_gelu_residual: kernel launch failed: ", cudaGetErrorString((cudaError_t)err));
     }
