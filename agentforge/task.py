@@ -168,14 +168,19 @@ class Task:
 
     def make_model(
         self, seed: int, shape: str = DEFAULT_SHAPE, device: str | torch.device = "cpu",
-        dtype: torch.dtype | None = None, model_cls: type | None = None,
+        dtype: torch.dtype | None = None, model_cls: type | None = None, training: bool = False,
     ) -> torch.nn.Module:
-        """The reference `Model` (or `model_cls`) with weights drawn from `seed`."""
+        """The reference `Model` (or `model_cls`) with weights drawn from `seed`.
+
+        In eval mode by default (deterministic: dropout off, BatchNorm on running statistics).
+        KernelBench's own harness leaves models in training mode; `training=True` reproduces
+        that, and matters for its deep CNNs, whose eval-mode output barely depends on the input
+        (fresh running statistics leave BatchNorm an identity and the signal fades)."""
         cls = model_cls or self.module.Model
         init = self.init_inputs(shape)
         with self.shape_variant(shape), _seeded(seed):
             model = cls(*init)
-        return model.to(device=device, dtype=dtype or self.dtype).eval()
+        return model.to(device=device, dtype=dtype or self.dtype).train(training)
 
     def smallest_shape(self) -> str:
         """The cheapest variant to run: `small` when declared, else the one with the fewest input

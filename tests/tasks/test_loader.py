@@ -187,3 +187,18 @@ def test_discover_orders_levels_and_kernelbench_numbers_naturally(write_task, tm
     names = [task_name_for(p) for p in discover(tmp_path)]
     assert names == ["level1/2_c", "level1/10_b", "level2/1_a", "level10/1_z"]
     assert [task_name_for(p) for p in discover(tmp_path / "KernelBench" / "level1")] == ["level1/2_c", "level1/10_b"]
+
+
+def test_models_are_built_in_eval_mode_unless_training_is_asked(write_task):
+    source = KB_STYLE.replace("super(Model, self).__init__()",
+                              "super(Model, self).__init__()\n        self.bn = nn.BatchNorm1d(64)")
+    source = source.replace("return torch.matmul(A, B)", "return self.bn(torch.matmul(A, B))")
+    task = load_task(write_task(source))
+    a, b = task.make_inputs(0)
+    assert not task.make_model(0).training
+    model = task.make_model(0, training=True)
+    assert model.training
+    with torch.no_grad():
+        out = model(a, b)
+    # Training-mode BatchNorm normalises with the batch's statistics: columns have mean ~0.
+    assert out.mean(dim=0).abs().max() < 1e-4
