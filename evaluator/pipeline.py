@@ -182,6 +182,8 @@ def _run(ctx: Context) -> EvalResult:
                         job.measure.baselines, _compile_modes(job, ctx.device), (settings.atol, settings.rtol),
                         seed=correctness_cfg.base_seed + 99991)
     ctx.flags += [integrity.flag(rule, ev) for rule, ev in timed.evidence]
+    watch.threads |= timed.baseline_threads
+    watch.children |= timed.baseline_children
     _collect_flags(ctx, [], CorrectnessOutcome(), task, snapshot, watch)
     roofline = roofline_stage.roofline_for(task, timing_shape, ctx.device, timed.record.candidate.median_us)
     _speed_flags(ctx, timed.record, roofline)

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from agentforge.evaluator import timing
 from agentforge.evaluator.compare import compare
+from agentforge.evaluator.guards import ConcurrencyWatch
 from agentforge.evaluator.result import TimingConfig, TimingRecord
 from agentforge.evaluator.stage_correctness import upcast
 
@@ -21,6 +22,10 @@ POOL_SIZE = 4  # distinct input contents rotated through the same buffers
 class TimingOutcome:
     record: TimingRecord
     evidence: list[tuple[str, str]] = field(default_factory=list)
+    # Threads and processes that torch.compile started (tqdm's monitor, compile workers): the
+    # harness's, not the candidate's, so the final background-work check leaves them out.
+    baseline_threads: set[int] = field(default_factory=set)
+    baseline_children: set[int] = field(default_factory=set)
 
 
 def _compiled(model: torch.nn.Module, mode: str) -> Any:
@@ -77,6 +82,7 @@ def measure(task: Task, shape: str, candidate: torch.nn.Module, reference: torch
     subjects = [timing.Subject("candidate", candidate)]
     if "eager" in baselines:
         subjects.append(timing.Subject("eager", reference))
+    before_compile = ConcurrencyWatch.start()
     if "compile" in baselines:
         for mode in compile_modes:
             try:
@@ -85,6 +91,7 @@ def measure(task: Task, shape: str, candidate: torch.nn.Module, reference: torch
                 subjects.append(timing.Subject(f"compile-{mode}", fn))
             except Exception as exc:
                 notes.append(f"torch.compile mode={mode} failed: {type(exc).__name__}: {str(exc)[:200]}")
+    after_compile = ConcurrencyWatch.start()
     run = timing.run_interleaved(subjects, buffers, refill, device, config, recheck, seed=seed,
                                  crosscheck=crosscheck if config.recheck_fraction > 0 else None)
     evidence = [("timed_output_mismatch", f) for f in run.recheck_failures[:3]]
@@ -100,4 +107,5 @@ def measure(task: Task, shape: str, candidate: torch.nn.Module, reference: torch
                    if name != "candidate"},
         l2_flushed=run.l2_flushed, interleaved=True, rechecked_outputs=run.rechecks, notes=tuple(notes),
     )
-    return TimingOutcome(record, evidence)
+    return TimingOutcome(record, evidence, after_compile.threads - before_compile.threads,
+                         after_compile.children - before_compile.children)
