@@ -8,28 +8,6 @@ from pathlib import Path
 
 import pytest
 
-KB_STYLE = '''
-import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def __init__(self):
-        super(Model, self).__init__()
-
-    def forward(self, A, B):
-        return torch.matmul(A, B)
-
-N = 64
-
-def get_inputs():
-    A = torch.rand(N, N)
-    B = torch.rand(N, N)
-    return [A, B]
-
-def get_init_inputs():
-    return []
-'''
-
 
 @pytest.fixture
 def write_task(tmp_path: Path) -> Callable[..., Path]:

@@ -10,9 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from agentforge.cli import app
-from tests.tasks.conftest import KB_STYLE
 
 runner = CliRunner()
+#: A problem file exactly as KernelBench writes them: no metadata, torch.rand inputs.
+KB_STYLE = (Path(__file__).parent / "kernelbench_style_problem.txt").read_text()
 
 KB_FUSION = '''
 import torch

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 import torch
 
 from agentforge.task import TaskLoadError, discover, load_task, resolve_task_path, task_name_for
-from tests.tasks.conftest import KB_STYLE
+
+#: A problem file exactly as KernelBench writes them: no metadata, torch.rand inputs.
+KB_STYLE = (Path(__file__).parent / "kernelbench_style_problem.txt").read_text()
 
 GOOD = '''
 import torch
