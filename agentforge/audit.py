@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from agentforge.evaluator.stage_correctness import set_mode
 from agentforge.task import (
     DEFAULT_SHAPE,
     Task,
@@ -185,7 +186,7 @@ def _reassigned(node: ast.Assign, sizes: dict[str, int]) -> ast.Assign:
 
 def _run_checks(task: Task, shape: str, deadline: float) -> tuple[list[Finding], list[str], str | None]:
     tol = task.tolerance
-    model = task.make_model(_SEEDS[0], shape)
+    model = set_mode(task.make_model(_SEEDS[0], shape))
     inputs = task.make_inputs(_SEEDS[0], shape)
     start = time.perf_counter()
     base = _forward(model, inputs)
@@ -212,7 +213,7 @@ def _run_checks(task: Task, shape: str, deadline: float) -> tuple[list[Finding],
         if same:
             findings.append(Finding("identity", f"output {o} equals input {same[0]}: returning it would pass"))
 
-    other = _forward(task.make_model(_SEEDS[1], shape), task.make_inputs(_SEEDS[1], shape))
+    other = _forward(set_mode(task.make_model(_SEEDS[1], shape)), task.make_inputs(_SEEDS[1], shape))
     if _close(base, other, tol):
         findings.append(Finding("constant", f"output for seed {_SEEDS[1]} matches seed {_SEEDS[0]}"))
 

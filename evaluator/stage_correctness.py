@@ -65,10 +65,22 @@ def reference_dtype_for(task_dtype: torch.dtype, track: str, declared: str | Non
     return torch.float32 if task_dtype in (torch.float16, torch.bfloat16) else torch.float64
 
 
+def set_mode(model: torch.nn.Module) -> torch.nn.Module:
+    """Training mode, as KernelBench's harness leaves its models (BatchNorm on batch statistics:
+    in eval mode, fresh running statistics make several of its CNNs nearly independent of their
+    input, so a constant would pass), with dropout modules off so that results are deterministic."""
+    model.train()
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd):
+            module.eval()
+    return model
+
+
 def build_models(task: Task, model_cls: type, shape: str, seed: int, device: torch.device,
                  ) -> tuple[torch.nn.Module, torch.nn.Module]:
-    """(reference in the task's dtype, candidate with the reference's weights)."""
-    reference = task.make_model(seed, shape, device)
+    """(reference in the task's dtype, candidate with the reference's weights), both in the mode
+    `set_mode` gives."""
+    reference = set_mode(task.make_model(seed, shape, device))
     init = task.init_inputs(shape)
     with task.shape_variant(shape), torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -79,7 +91,7 @@ def build_models(task: Task, model_cls: type, shape: str, seed: int, device: tor
         own = candidate.state_dict()
         matching = {k: v for k, v in reference_state.items() if k in own and own[k].shape == v.shape}
         candidate.load_state_dict(matching, strict=False)
-        candidate.eval()
+        set_mode(candidate)
     return reference, candidate
 
 

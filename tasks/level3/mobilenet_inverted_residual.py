@@ -22,8 +22,16 @@ SHAPES = {
 }
 
 
+class InferenceBatchNorm2d(nn.BatchNorm2d):
+    """BatchNorm on its running statistics whatever the module's mode: the block is an inference
+    block, and the evaluator (like KernelBench) runs models in training mode."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
+
+
 def _bn(channels: int) -> nn.BatchNorm2d:
-    bn = nn.BatchNorm2d(channels)
+    bn = InferenceBatchNorm2d(channels)
     nn.init.normal_(bn.weight, mean=1.0, std=0.2)
     nn.init.normal_(bn.bias, std=0.2)
     bn.running_mean.normal_(std=0.2)

@@ -20,12 +20,20 @@ SHAPES = {
 }
 
 
+class InferenceBatchNorm2d(nn.BatchNorm2d):
+    """BatchNorm on its running statistics whatever the module's mode: the block is an inference
+    block, and the evaluator (like KernelBench) runs models in training mode."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
+
+
 class ConvBN(nn.Module):
     def __init__(self, channels: int):
         super().__init__()
         self.conv = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
         nn.init.normal_(self.conv.weight, std=(9 * channels) ** -0.5)
-        self.bn = nn.BatchNorm2d(channels)
+        self.bn = InferenceBatchNorm2d(channels)
         nn.init.normal_(self.bn.weight, mean=1.0, std=0.2)
         nn.init.normal_(self.bn.bias, std=0.2)
         self.bn.running_mean.normal_(std=0.2)
