@@ -2,7 +2,8 @@
 
 Each kernel is built cold (a fresh, empty build cache) through:
 * CPU: `load_inline(cpp_sources=...)` (torch/extension.h + pybind11) vs `load_cpp` (g++, extern "C");
-* CUDA: nvcc -cubin of the kernel with torch's headers (what `load_inline(cuda_sources=...)` compiles)
+* CUDA: nvcc -cubin of the kernel with torch's headers (the device pass of `load_inline(cuda_sources=...)`,
+  which then also compiles and links the host side with g++)
   vs the lean nvcc -cubin without them (`load_cuda`). The CUDA side is compile-only, so it runs
   on a machine without a GPU.
 
