@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import typer
 from rich.console import Console
 
-console = Console()
-err_console = Console(stderr=True)
+# Piped or captured output gets wide lines instead of rich's 80-column default, which cut task
+# names and error messages in tables; a terminal keeps its own width.
+_PIPE_WIDTH = 240
+console = Console(width=None if sys.stdout.isatty() else _PIPE_WIDTH)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else _PIPE_WIDTH)
 
 
 def build_settings(config: str | None = None, **flags: Any):
