@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import glob
+import importlib.metadata
 import os
 import platform
 import socket
@@ -46,10 +47,10 @@ def versions() -> dict[str, str]:
         found["cuda"] = torch.version.cuda
     if torch.backends.cudnn.is_available():
         found["cudnn"] = str(torch.backends.cudnn.version())
-    with contextlib.suppress(ImportError):
-        import triton
-
-        found["triton"] = triton.__version__
+    # By distribution metadata, not `import triton`: importing it here would fix its mode before a
+    # later job could switch the interpreter on (see triton_interpret.enable).
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        found["triton"] = importlib.metadata.version("triton")
     return found
 
 

@@ -16,7 +16,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 import torch
-from agentforge.evaluator import build_cache, device_state, integrity, native, roofline_stage
+from agentforge.evaluator import (
+    build_cache,
+    device_state,
+    integrity,
+    native,
+    roofline_stage,
+    triton_aot,
+    triton_interpret,
+)
 from agentforge.evaluator.guards import ConcurrencyWatch, TamperSnapshot
 from agentforge.evaluator.loading import load_candidate
 from agentforge.evaluator.result import (
@@ -27,6 +35,7 @@ from agentforge.evaluator.result import (
     EvalProvenance,
     EvalResult,
     Flag,
+    KernelResources,
     Stage,
     Status,
     TimingConfig,
@@ -61,6 +70,9 @@ class Context:
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     flags: list[Flag] = field(default_factory=list)
     compile: CompileRecord | None = None
+    # Operators a harness (not the candidate) dispatches inside forward: Triton's interpreter moves
+    # each launch's tensors through numpy with aten::copy_.
+    harness_ops: tuple[str, ...] = ()
 
 
 def track_settings(job: EvalJob) -> tuple[TimingConfig, CorrectnessConfig]:
@@ -108,7 +120,18 @@ def _run(ctx: Context) -> EvalResult:
     except TaskLoadError as exc:
         return _finish(ctx, Status.RUNTIME_ERROR, error=ErrorRecord(type="TaskLoadError", message=str(exc)))
     ctx.device = device_state.resolve_device(job.device)
-    compile_only = job.compile_only or (job.backend in ("cuda", "triton") and ctx.device.type != "cuda")
+    # Triton without a GPU runs in Triton's interpreter (correctness, then an ahead-of-time compile
+    # for the target); CUDA without a GPU gets the nvcc verdict alone.
+    interpret = job.backend == "triton" and ctx.device.type != "cuda" and not job.compile_only
+    compile_only = job.compile_only or (job.backend in ("cuda", "triton") and ctx.device.type != "cuda"
+                                        and not interpret)
+    if interpret:
+        ctx.harness_ops = triton_interpret.HARNESS_OPS
+        try:
+            triton_interpret.enable()
+        except (ImportError, triton_interpret.TritonImportedTooEarly) as exc:
+            return _finish(ctx, Status.RUNTIME_ERROR, error=ErrorRecord(
+                type=type(exc).__name__, message=f"Triton's interpreter is unavailable here: {exc}"))
     static = integrity.static_findings(job.candidate_source)
     snapshot = TamperSnapshot.take()
     watch = ConcurrencyWatch.start()
@@ -148,8 +171,9 @@ def _run(ctx: Context) -> EvalResult:
     shapes = _shapes(task, job)
     outcome = CorrectnessOutcome()
     device_state.reset_persisting_l2()
+    launches = triton_aot.capture() if interpret else contextlib.nullcontext(None)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), launches as launch_log:
             for index, shape in enumerate(shapes):
                 check_shape(task, loaded.model_cls, shape, index, ctx.device, settings, outcome,
                             task.allowed_torch_ops)
@@ -169,6 +193,8 @@ def _run(ctx: Context) -> EvalResult:
     ctx.stage = Stage.INTEGRITY
     if _rejecting(ctx):
         return _finish(ctx, Status.INTEGRITY_FLAG, correctness=outcome.records)
+    if interpret:
+        return _interpreted_verdict(ctx, launch_log, outcome)
     if not job.measure.timing:
         ctx.stage = Stage.DONE
         return _finish(ctx, Status.OK, correctness=outcome.records)
@@ -195,6 +221,47 @@ def _run(ctx: Context) -> EvalResult:
     ctx.stage = Stage.DONE
     return _finish(ctx, Status.OK, correctness=outcome.records, timing=timed.record, roofline=roofline,
                    profile=profile)
+
+
+def _interpreted_verdict(ctx: Context, launch_log: Any, outcome: CorrectnessOutcome) -> EvalResult:
+    """Correct in the interpreter: compile what was launched for the job's GPU arch, report its
+    resources, and stop (an interpreter's timing means nothing)."""
+    ctx.stage = Stage.BUILD
+    job = ctx.job
+    started = _perf_counter()
+    if not launch_log.specs:
+        log = "no Triton kernel was launched: " + ("; ".join(launch_log.problems) or "ModelNew ran no kernel")
+        ctx.compile = replace(ctx.compile, ok=False, path="triton-interpreter", log_tail=log)
+        return _finish(ctx, Status.COMPILE_ERROR, correctness=outcome.records,
+                       error=ErrorRecord(type="NoTritonLaunch", message=log))
+    report = triton_aot.compile_launches(job.candidate_source, launch_log.specs, job.cuda_arch)
+    log = "\n".join(k.get("ptxas_log") or k.get("error") or "" for k in report["kernels"]) or report.get("log", "")
+    resources = _aot_resources(report)
+    ctx.compile = replace(ctx.compile, ok=report["ok"], path="triton-interpreter", arch=job.cuda_arch,
+                          seconds=round(ctx.compile.seconds + _perf_counter() - started, 3),
+                          log_tail=log[-6000:], resources=resources)
+    if not report["ok"]:
+        failed = [k for k in report["kernels"] if not k["ok"]]
+        message = "; ".join(f"{k['name']}: {k['error']}" for k in failed)[:2000] or report.get("log", "")[-2000:]
+        return _finish(ctx, Status.COMPILE_ERROR, correctness=outcome.records,
+                       error=ErrorRecord(type="TritonCompileError", message=f"for {job.cuda_arch}: {message}"))
+    ctx.stage = Stage.DONE
+    return _finish(ctx, Status.OK, correctness=outcome.records)
+
+
+def _aot_resources(report: dict[str, Any]) -> tuple:
+    from agentforge.evaluator.hardware.compile_report import parse_ptxas
+
+    found = []
+    for kernel in report["kernels"]:
+        if not kernel["ok"]:
+            continue
+        parsed = parse_ptxas(kernel.get("ptxas_log") or "")
+        for res in parsed or (KernelResources(name=kernel["name"]),):
+            # Triton's shared memory is dynamic: ptxas sees only the static part.
+            found.append(replace(res, name=kernel["name"], shared_bytes=max(res.shared_bytes or 0,
+                                                                             kernel.get("shared_bytes") or 0)))
+    return tuple(found)
 
 
 def _shapes(task: Task, job: EvalJob) -> list[str]:
@@ -228,7 +295,7 @@ def _collect_flags(ctx: Context, static: list[integrity.StaticFinding], outcome:
         add(finding.rule, finding.evidence)
     for rule, evidence in outcome.evidence:
         add(rule, evidence)
-    compute = outcome.recorder.compute_ops(task.allowed_torch_ops)
+    compute = outcome.recorder.compute_ops(task.allowed_torch_ops + ctx.harness_ops)
     if compute:
         listed = ", ".join(f"{op} x{n}" for op, n in sorted(compute.items(), key=lambda kv: -kv[1])[:8])
         add("torch_fallback", f"ModelNew.forward dispatched PyTorch compute: {listed}")

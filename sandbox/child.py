@@ -21,6 +21,7 @@ import sys
 import traceback
 from collections.abc import Callable, Iterator
 
+from agentforge.evaluator import triton_interpret
 from agentforge.evaluator.result import ErrorRecord, EvalJob, EvalResult, Stage, Status
 from agentforge.sandbox import channel, limits, mounts
 from agentforge.sandbox.request import ChildRequest
@@ -83,6 +84,7 @@ def evaluate(request: ChildRequest) -> EvalResult:
     """Call the entry; whatever it raises or returns becomes an EvalResult."""
     job = request.job
     try:
+        triton_interpret.prepare_for(job.backend, job.device, job.compile_only)  # before anything imports triton
         entry = load_entry(request.entry)
         with numeric_switches(request.torch_switches):
             result = entry(job)
