@@ -70,10 +70,6 @@ class Context:
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     flags: list[Flag] = field(default_factory=list)
     compile: CompileRecord | None = None
-    # Operators a harness (not the candidate) dispatches inside forward: Triton's interpreter moves
-    # each launch's tensors through numpy with aten::copy_.
-    harness_ops: tuple[str, ...] = ()
-
 
 def track_settings(job: EvalJob) -> tuple[TimingConfig, CorrectnessConfig]:
     if job.track == "kernelbench":
@@ -126,7 +122,6 @@ def _run(ctx: Context) -> EvalResult:
     compile_only = job.compile_only or (job.backend in ("cuda", "triton") and ctx.device.type != "cuda"
                                         and not interpret)
     if interpret:
-        ctx.harness_ops = triton_interpret.HARNESS_OPS
         try:
             triton_interpret.enable()
         except (ImportError, triton_interpret.TritonImportedTooEarly) as exc:
@@ -295,7 +290,7 @@ def _collect_flags(ctx: Context, static: list[integrity.StaticFinding], outcome:
         add(finding.rule, finding.evidence)
     for rule, evidence in outcome.evidence:
         add(rule, evidence)
-    compute = outcome.recorder.compute_ops(task.allowed_torch_ops + ctx.harness_ops)
+    compute = outcome.recorder.compute_ops(task.allowed_torch_ops)
     if compute:
         listed = ", ".join(f"{op} x{n}" for op, n in sorted(compute.items(), key=lambda kv: -kv[1])[:8])
         add("torch_fallback", f"ModelNew.forward dispatched PyTorch compute: {listed}")

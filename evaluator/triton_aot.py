@@ -56,6 +56,7 @@ class LaunchLog:
 @contextlib.contextmanager
 def capture() -> Iterator[LaunchLog]:
     """Record every interpreted launch (`kernel[grid](...)`) made inside the block."""
+    from torch.utils._python_dispatch import _disable_current_modes
     from triton.runtime.interpreter import InterpretedFunction
 
     log = LaunchLog()
@@ -64,7 +65,12 @@ def capture() -> Iterator[LaunchLog]:
     def run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
         if not warmup:
             log.add(self.fn, args, kwargs)
-        return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+        # The interpreter moves the launch's tensors through numpy with aten::copy_: the
+        # evaluator's operator recorder must not count that as the candidate's PyTorch compute.
+        # (Anything else run inside a kernel body, PyTorch included, cannot compile for the GPU,
+        # and compile_launches rejects it.)
+        with _disable_current_modes():
+            return original(self, *args, grid=grid, warmup=warmup, **kwargs)
 
     InterpretedFunction.run = run
     try:
