@@ -164,6 +164,15 @@ class MeasureOptions:
     timing: Any = None  # an evaluator TimingConfig; None: the evaluator's defaults
     cuda_arch: str = "sm_90a"
     max_input_elements: int | None = None  # skip (and record as skipped) larger shape variants
+    # Triton kernels without a GPU run in the interpreter (numpy, program by program): only the
+    # shape variants up to this many input elements are checked there.
+    interpreter_max_elements: int = 1 << 18
+
+
+# Result keys of the records of kernels that did not run on their GPU.
+COMPILE_ONLY = "compile-only"  # CUDA: nvcc's verdict for the target
+INTERPRETER = "interpreter"  # Triton: correctness in the interpreter, then Triton's compile for the target
+UNMEASURED_KEYS = frozenset({COMPILE_ONLY, INTERPRETER})
 
 
 def skipped_shapes(task: Any, options: MeasureOptions) -> dict[str, str]:
@@ -176,6 +185,13 @@ def skipped_shapes(task: Any, options: MeasureOptions) -> dict[str, str]:
         if numel is not None and numel > options.max_input_elements:
             skipped[shape] = f"{numel:,} input elements, over this run's budget of {options.max_input_elements:,}"
     return skipped
+
+
+def interpreter_shapes(task: Any, options: MeasureOptions) -> list[str]:
+    """The shape variants small enough for Triton's interpreter (the smallest one at least)."""
+    wanted = options.shapes or tuple(task.shapes)
+    fit = [s for s in wanted if (n := task.input_numel(s)) is not None and n <= options.interpreter_max_elements]
+    return fit or [task.smallest_shape()]
 
 
 def kernel_task(kernel: ReferenceKernel, tasks_root: Path | None = None) -> Any:
@@ -204,10 +220,14 @@ def evaluate_kernel(kernel: ReferenceKernel, task: Any, options: MeasureOptions,
     candidate = Candidate(kernel.source, backend=kernel.backend,
                           provenance=Provenance(source="library", note=f"{kernel.gpu}/{kernel.task_name}"))
     device = "cpu" if kernel.backend == "cpu" else options.device
+    if not will_measure(kernel, device) and kernel.backend == "triton":
+        job = make_job(task, candidate, device="cpu", cuda_arch=options.cuda_arch,
+                       shapes=tuple(interpreter_shapes(task, options)), measure=Measure(timing=False))
+        return {INTERPRETER: evaluate(job, sandbox)}
     if not will_measure(kernel, device):
         job = make_job(task, candidate, device="cpu", compile_only=True, cuda_arch=options.cuda_arch,
                        shapes=(task.smallest_shape(),))
-        return {"compile-only": evaluate(job, sandbox)}
+        return {COMPILE_ONLY: evaluate(job, sandbox)}
     measure = Measure(baselines=options.baselines, compile_modes=options.compile_modes)
     results: dict[str, Any] = {}
     skipped = skipped_shapes(task, options)
@@ -229,11 +249,16 @@ def build_record(kernel: ReferenceKernel, results: dict[str, Any], skipped: dict
 
     if not results:
         raise ValueError(f"no EvalResults for {kernel.gpu}/{kernel.task_name}: every shape variant was skipped")
-    measured = "compile-only" not in results
+    measured = not UNMEASURED_KEYS & set(results)
     first = next(iter(results.values()))
     prov = first.provenance
     device = prov.device
-    summary = _measured_summary(results) if measured else _compile_summary(first)
+    if measured:
+        summary = _measured_summary(results)
+    elif INTERPRETER in results:
+        summary = _interpreter_summary(first, skipped or {})
+    else:
+        summary = _compile_summary(first)
     if measured:
         summary["skipped_shapes"] = dict(skipped or {})
     return {
@@ -371,6 +396,24 @@ def _compile_summary(result: Any) -> dict[str, Any]:
     }
 
 
+def _interpreter_summary(result: Any, skipped: dict[str, str]) -> dict[str, Any]:
+    """A Triton kernel checked without its GPU: correctness in the interpreter on the shapes that fit,
+    then Triton's compile for the target with ptxas's resources. Still no speedup, not accepted."""
+    summary = _compile_summary(result)
+    checked = sorted({r.shape for r in result.correctness})
+    summary.update(
+        interpreter_correct=bool(result.correctness) and result.correct,
+        interpreter_shapes=checked,
+        interpreter_failed=sorted({r.shape for r in result.correctness if not r.passed}),
+        max_shared_bytes=max((r["shared_bytes"] or 0 for r in summary["resources"]), default=None),
+        flags=[f"{f.rule} ({f.severity})" for f in result.flags],
+        skipped_shapes=dict(skipped),
+        note="Triton interpreter on the CPU (correctness only, no timing), then Triton's compile for "
+             f"{summary['arch']}: timing and the GPU's own correctness check await a GPU run",
+    )
+    return summary
+
+
 def to_plain_resource(resource: Any) -> dict[str, Any]:
     return {"name": resource.name, "registers": resource.registers, "shared_bytes": resource.shared_bytes,
             "stack_bytes": resource.stack_bytes, "spill_store_bytes": resource.spill_store_bytes,
@@ -400,9 +443,18 @@ def summary_row(kernel: ReferenceKernel) -> dict[str, str]:
         regs = summary.get("max_registers")
         spills = summary.get("spill_bytes")
         compiled = "compiled" if summary.get("compiled") else "compile failed"
-        return {**row, "state": f"not measured ({compiled}, {summary.get('arch')})", "accepted": "awaits GPU",
-                "vs eager": "not measured", "vs compile": "not measured", "time": "",
-                "resources": f"{regs} regs, {spills} B spill" if regs is not None else "", "date": date}
+        resources = f"{regs} regs, {spills} B spill" if regs is not None else ""
+        if summary.get("max_shared_bytes"):
+            resources += f", {summary['max_shared_bytes'] / 1024:.0f} KiB smem"
+        state = f"not measured ({compiled}, {summary.get('arch')})"
+        if "interpreter_correct" in summary:
+            failed = summary["interpreter_failed"]
+            verdict = ("correct" if summary["interpreter_correct"]
+                       else "wrong on " + ", ".join(failed) if failed else "error")
+            state = (f"not measured (interpreter: {verdict} on {', '.join(summary['interpreter_shapes'])}; "
+                     f"{compiled}, {summary.get('arch')})")
+        return {**row, "state": state, "accepted": "awaits GPU", "vs eager": "not measured",
+                "vs compile": "not measured", "time": "", "resources": resources, "date": date}
     cand = summary.get("candidate_us") or {}
     per_shape = summary.get("per_shape") or {}
     headline = "default" if "default" in per_shape else next(iter(per_shape), "")

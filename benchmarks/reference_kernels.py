@@ -88,6 +88,7 @@ def _measure_all(args: argparse.Namespace) -> int:
     from agentforge.sandbox import SandboxConfig
 
     from agentforge.kernel_library import (
+        COMPILE_ONLY,
         MeasureOptions,
         build_record,
         evaluate_kernel,
@@ -121,15 +122,16 @@ def _measure_all(args: argparse.Namespace) -> int:
             continue
         record = build_record(kernel, results, skipped, args.note)
         summary = record["summary"]
-        ok = summary["accepted"] or (not record["measured"] and summary.get("compiled"))
+        ok = summary["accepted"] or (not record["measured"] and summary.get("compiled")
+                                     and summary.get("interpreter_correct", True))
         failures += not ok
         figures = (f"{_x(summary['speedup'])} vs eager, {_x(summary['speedup_vs_compile'])} vs compile"
-                   if record["measured"] else f"compile-only: {summary.get('status')}, "
+                   if record["measured"] else f"{next(iter(results))}: {summary.get('status')}, "
                    f"{summary.get('max_registers')} regs, {summary.get('spill_bytes')} B spilled")
         print(f"{kernel.gpu}/{kernel.task_name}: accepted={summary['accepted']} {figures} "
               f"({time.perf_counter() - started:.0f} s)", flush=True)
         for shape, result in results.items():
-            if not (result.accepted or (shape == "compile-only" and result.compiled)):
+            if not (result.accepted or (shape == COMPILE_ONLY and result.compiled)):
                 print(f"  {shape}: {result.summary()}", flush=True)
         if not args.dry_run:
             write_record(kernel, record)

@@ -118,7 +118,7 @@ def verify_kernels(
     from rich.table import Table
 
     from agentforge.cli.common import build_settings
-    from agentforge.kernel_library import evaluate_kernel, kernel_task, select_kernels
+    from agentforge.kernel_library import COMPILE_ONLY, evaluate_kernel, kernel_task, select_kernels
     from agentforge.sandbox import from_settings
 
     settings = build_settings(config)
@@ -139,13 +139,15 @@ def verify_kernels(
         results = evaluate_kernel(kernel, kernel_task(kernel, tasks_root), options, sandbox)
         recorded = (kernel.record or {}).get("summary", {})
         for shape, result in results.items():
-            ok = result.accepted or (shape == "compile-only" and result.compiled)
+            ok = result.accepted or (shape == COMPILE_ONLY and result.compiled)
             failures += not ok
             rec_shape = recorded.get("per_shape", {}).get(shape, {})
             rec_text = _recorded_text(kernel.record, rec_shape)
-            now_text = result.status.value + (" (compiled)" if shape == "compile-only" and result.compiled else "")
+            now_text = result.status.value + (" (compiled)" if shape == COMPILE_ONLY and result.compiled else "")
             if result.accepted:
-                now_text = f"accepted, {result.candidate_us:.1f} us"
+                now_text = (f"accepted, {result.candidate_us:.1f} us" if result.candidate_us is not None else
+                            f"correct in the interpreter on {', '.join(sorted({r.shape for r in result.correctness}))}"
+                            f", compiled for {result.compile.arch}")
             table.add_row(f"{kernel.gpu}/{kernel.task_name}", shape, rec_text, now_text,
                           _x(rec_shape.get("speedup")), _x(result.speedup),
                           _x(rec_shape.get("speedup_vs_compile")), _x(result.speedup_vs_compile))

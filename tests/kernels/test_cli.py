@@ -43,3 +43,13 @@ def test_verify_measures_a_cpu_kernel_on_this_machine():
 def test_verify_rejects_unknown_baselines():
     out = CliRunner().invoke(app, ["kernels", "verify", "--task", "relu", "--baselines", "eager,magic"], env=WIDE)
     assert out.exit_code == 2
+
+
+def test_verify_checks_a_triton_kernel_in_the_interpreter_without_a_gpu():
+    out = CliRunner().invoke(
+        app, ["kernels", "verify", "--gpu", "h100", "--task", "level1/transpose_2d", "--device", "cpu",
+              "--shapes", "small"],
+        env={**WIDE, "AGENTFORGE_SANDBOX_ISOLATION": "none"})
+    assert out.exit_code == 0, out.output
+    assert "interpreter" in out.output and "correct in the interpreter on small" in out.output
+    assert "sm_90a" in out.output

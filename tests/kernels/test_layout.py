@@ -9,6 +9,8 @@ import pytest
 
 from agentforge.candidate import BACKENDS, code_hash
 from agentforge.kernel_library import (
+    COMPILE_ONLY,
+    INTERPRETER,
     RECORD_SCHEMA,
     ReferenceKernel,
     apply_params,
@@ -38,7 +40,7 @@ def test_folder_is_well_formed(kernel: ReferenceKernel):
     assert (kernel.gpu == "cpu") == (kernel.backend == "cpu")
     task = load_task(kernel.task_name)  # the task it answers exists and loads
     assert task.name == kernel.task_name
-    marker = "load_cpp" if kernel.backend == "cpu" else "load_inline"
+    marker = {"cpu": "load_cpp", "cuda": "load_inline", "triton": "@triton.jit"}[kernel.backend]
     assert marker in kernel.source
 
 
@@ -56,7 +58,14 @@ def test_tunables_apply_and_every_variant_parses(kernel: ReferenceKernel):
         for value in values:  # each declared value is substituted into the build (not just the Python)
             changed = apply_params(kernel.source, {name: value})
             assert f"{name} = {value!r}" in changed
-        assert "{" + name + "}" in kernel.source, f"{name} never reaches the compiled source"
+        if kernel.backend == "triton":  # a launch argument (constexpr, num_warps, ...) reads it
+            assert name in _names_read(kernel.source), f"{name} is never passed to a launch"
+        else:  # an f-string puts it into the C++/CUDA source
+            assert "{" + name + "}" in kernel.source, f"{name} never reaches the compiled source"
+
+
+def _names_read(source: str) -> set[str]:
+    return {n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
 @pytest.mark.parametrize("kernel", KERNELS, ids=IDS)
@@ -71,7 +80,13 @@ def test_record_is_honest(kernel: ReferenceKernel):
     if not record["measured"]:
         assert summary["speedup"] is None and summary["speedup_vs_compile"] is None
         assert summary["accepted"] is False
-        assert set(record["results"]) == {"compile-only"}
+        assert set(record["results"]) == ({INTERPRETER} if kernel.backend == "triton" else {COMPILE_ONLY})
+        if kernel.backend == "triton":  # what the interpreter checked is what the record says
+            (result,) = record["results"].values()
+            shapes = {c["shape"] for c in result["correctness"]}
+            assert sorted(shapes) == summary["interpreter_shapes"]
+            passed = bool(shapes) and all(c["passed"] for c in result["correctness"])
+            assert summary["interpreter_correct"] == passed
         for result in record["results"].values():
             assert result["speedup"] is None and result["timing"] is None
         return
@@ -90,3 +105,20 @@ def test_measured_property_ignores_compile_only_records(tmp_path):
     (folder / "record.json").write_text(json.dumps({"measured": False, "summary": {}}))
     (kernel,) = list_kernels(root=tmp_path)
     assert kernel.backend == "cuda" and not kernel.measured
+
+
+TRITON = [k for k in KERNELS if k.backend == "triton"]
+
+
+@pytest.mark.parametrize("kernel", TRITON, ids=[f"{k.gpu}/{k.task_name}" for k in TRITON])
+def test_every_shipped_triton_kernel_was_right_in_the_interpreter_and_compiled(kernel: ReferenceKernel):
+    """No GPU has run these yet: a Triton kernel ships only once the interpreter found it correct on
+    the shapes it could run and Triton compiled every launched kernel for the target."""
+    assert kernel.record is not None, "run benchmarks/reference_kernels.py --gpu h100 --compile-only"
+    summary = kernel.record["summary"]
+    if kernel.record["measured"]:
+        assert summary["accepted"]
+        return
+    assert summary["interpreter_correct"], summary.get("error")
+    assert summary["compiled"] and summary["resources"]
+    assert all(r["shared_bytes"] is None or r["shared_bytes"] <= 227 * 1024 for r in summary["resources"])
