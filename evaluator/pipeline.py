@@ -44,6 +44,7 @@ from agentforge.evaluator.result import (
 from agentforge.evaluator.stage_correctness import (
     CorrectnessOutcome,
     CorrectnessSettings,
+    build_models,
     check_shape,
     reference_dtype_for,
 )
@@ -189,7 +190,8 @@ def _run(ctx: Context) -> EvalResult:
     if _rejecting(ctx):
         return _finish(ctx, Status.INTEGRITY_FLAG, correctness=outcome.records)
     if interpret:
-        return _interpreted_verdict(ctx, launch_log, outcome)
+        dry_launch_notes = _dry_launch_other_shapes(task, loaded.model_cls, shapes, ctx.device, launch_log)
+        return _interpreted_verdict(ctx, launch_log, outcome, dry_launch_notes)
     if not job.measure.timing:
         ctx.stage = Stage.DONE
         return _finish(ctx, Status.OK, correctness=outcome.records)
@@ -218,7 +220,35 @@ def _run(ctx: Context) -> EvalResult:
                    profile=profile)
 
 
-def _interpreted_verdict(ctx: Context, launch_log: Any, outcome: CorrectnessOutcome) -> EvalResult:
+DRY_LAUNCH_MAX_ELEMENTS = 1 << 29  # inputs and weights of a shape variant, allocated on the CPU
+
+
+def _dry_launch_other_shapes(task: Task, model_cls: type, checked: list[str], device: torch.device,
+                             launch_log: Any) -> list[str]:
+    """Run ModelNew's host code on the shape variants too large for the interpreter with its
+    launches recorded but not executed, so that the sm_90a compile also covers the tiles, stages
+    and specialisations a GPU would launch there (the headline shape above all). Outputs are
+    garbage and ignored; a host path that fails this way is noted, never a verdict."""
+    notes = []
+    for shape in [s for s in task.shapes if s not in checked]:
+        numel = task.input_numel(shape)
+        if numel is None or numel > DRY_LAUNCH_MAX_ELEMENTS:
+            notes.append(f"{shape}: not dry-launched ({numel} elements)")
+            continue
+        try:
+            with torch.no_grad(), triton_aot.capture(execute=False) as dry:
+                _, candidate = build_models(task, model_cls, shape, 0, device)
+                candidate(*task.make_inputs(1, shape, device))
+        except Exception as exc:
+            notes.append(f"{shape}: host code failed without kernel results ({type(exc).__name__}: {str(exc)[:200]})")
+            continue
+        for spec in dry.specs:
+            launch_log.add_spec(spec)
+    return notes
+
+
+def _interpreted_verdict(ctx: Context, launch_log: Any, outcome: CorrectnessOutcome,
+                         notes: list[str]) -> EvalResult:
     """Correct in the interpreter: compile what was launched for the job's GPU arch, report its
     resources, and stop (an interpreter's timing means nothing)."""
     ctx.stage = Stage.BUILD
@@ -231,6 +261,7 @@ def _interpreted_verdict(ctx: Context, launch_log: Any, outcome: CorrectnessOutc
                        error=ErrorRecord(type="NoTritonLaunch", message=log))
     report = triton_aot.compile_launches(job.candidate_source, launch_log.specs, job.cuda_arch)
     log = "\n".join(k.get("ptxas_log") or k.get("error") or "" for k in report["kernels"]) or report.get("log", "")
+    log = "\n".join([*notes, log])
     resources = _aot_resources(report)
     ctx.compile = replace(ctx.compile, ok=report["ok"], path="triton-interpreter", arch=job.cuda_arch,
                           seconds=round(ctx.compile.seconds + _perf_counter() - started, 3),

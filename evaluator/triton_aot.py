@@ -47,6 +47,9 @@ class LaunchLog:
         except Exception as exc:  # a launch we cannot type is reported, not fatal
             self.problems.append(f"{getattr(fn, '__name__', fn)}: {exc}")
             return
+        self.add_spec(spec)
+
+    def add_spec(self, spec: dict[str, Any]) -> None:
         key = json.dumps(spec, sort_keys=True)
         if key not in self._seen:
             self._seen.add(key)
@@ -54,8 +57,10 @@ class LaunchLog:
 
 
 @contextlib.contextmanager
-def capture() -> Iterator[LaunchLog]:
-    """Record every interpreted launch (`kernel[grid](...)`) made inside the block."""
+def capture(execute: bool = True) -> Iterator[LaunchLog]:
+    """Record every interpreted launch (`kernel[grid](...)`) made inside the block; with
+    `execute=False` the launches are only recorded (a dry run of the host code on shapes too large
+    for the interpreter, to compile the configurations a GPU would launch there)."""
     from torch.utils._python_dispatch import _disable_current_modes
     from triton.runtime.interpreter import InterpretedFunction
 
@@ -65,6 +70,8 @@ def capture() -> Iterator[LaunchLog]:
     def run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
         if not warmup:
             log.add(self.fn, args, kwargs)
+        if not execute:
+            return None
         # The interpreter moves the launch's tensors through numpy with aten::copy_: the
         # evaluator's operator recorder must not count that as the candidate's PyTorch compute.
         # (Anything else run inside a kernel body, PyTorch included, cannot compile for the GPU,
@@ -98,8 +105,11 @@ def launch_spec(fn: Any, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
             signature[p.name] = "constexpr"
             constexprs[p.name] = _plain(value)
             continue
-        signature[p.name] = _triton_type(value)
-        if _divisible_by_16(value):
+        kind, key = _specialise(value)
+        signature[p.name] = kind
+        if kind == "constexpr":  # an integer equal to 1, as the JIT specialises it
+            constexprs[p.name] = _plain(value)
+        elif key == "D":
             divisible.append(p.name)
     options = {k: kwargs[k] for k in LAUNCH_OPTIONS if k in kwargs}
     return {"kernel": fn.__name__, "signature": signature, "constexprs": constexprs, "divisible": divisible,
@@ -136,12 +146,29 @@ def _triton_type(value: Any) -> str:
     raise TypeError(f"argument of type {type(value).__name__} cannot be typed")
 
 
-def _divisible_by_16(value: Any) -> bool:
-    """Triton's JIT specialises pointers aligned to 16 bytes and integers divisible by 16; the
-    ahead-of-time compile does the same, so that its code is the code a GPU launch would build."""
+def _specialise(value: Any) -> tuple[str, str | None]:
+    """(Triton type, specialisation key) exactly as Triton's JIT computes them for a GPU launch:
+    pointers aligned to 16 bytes and integers divisible by 16 get "D" (tt.divisibility = 16), an
+    integer equal to 1 becomes a constexpr, floats and bools are not specialised. Without this,
+    the ahead-of-time build would compile slower code (no vector loads, no wgmma pipelining on
+    unit strides) than the GPU would run."""
+    try:
+        from triton._C.libtriton import native_specialize_impl
+        from triton.backends.compiler import BaseBackend
+    except ImportError:
+        native_specialize_impl = None
+    no_specialising = isinstance(value, bool | float)
+    if native_specialize_impl is not None:
+        kind, key = native_specialize_impl(BaseBackend, value, False, not no_specialising, True)[:2]
+        return kind, key if isinstance(key, str) else None
+    kind = _triton_type(value)
     if hasattr(value, "data_ptr"):
-        return value.data_ptr() % 16 == 0
-    return isinstance(value, int) and not isinstance(value, bool) and value % 16 == 0
+        return kind, "D" if value.data_ptr() % 16 == 0 else ""
+    if no_specialising:
+        return kind, None
+    if value == 1:
+        return "constexpr", None
+    return kind, "D" if value % 16 == 0 else ""
 
 
 # ----- compiling, in a fresh process ---------------------------------------------------------

@@ -173,15 +173,17 @@ def test_a_launch_is_typed_as_the_gpu_compile_needs_it():
     import triton.language as tl
     from agentforge.evaluator.triton_aot import launch_spec
 
-    def kernel(x_ptr, y_ptr, n, scale, big, BLOCK: tl.constexpr, FLAG: tl.constexpr):
+    def kernel(x_ptr, y_ptr, n, odd, unit, scale, big, BLOCK: tl.constexpr, FLAG: tl.constexpr):
         pass
 
     x = torch.zeros(32, dtype=torch.bfloat16)
     y = torch.zeros(32, dtype=torch.int64)
-    spec = launch_spec(kernel, (x, y, 48, 0.5, 2**40), {"BLOCK": 128, "FLAG": None, "num_warps": 8})
+    spec = launch_spec(kernel, (x, y, 48, 47, 1, 0.5, 2**40), {"BLOCK": 128, "FLAG": None, "num_warps": 8})
     assert spec["kernel"] == "kernel"
-    assert spec["signature"] == {"x_ptr": "*bf16", "y_ptr": "*i64", "n": "i32", "scale": "fp32", "big": "i64",
-                                 "BLOCK": "constexpr", "FLAG": "constexpr"}
-    assert spec["constexprs"] == {"BLOCK": 128, "FLAG": None}
+    assert spec["signature"] == {"x_ptr": "*bf16", "y_ptr": "*i64", "n": "i32", "odd": "i32", "unit": "constexpr",
+                                 "scale": "fp32", "big": "i64", "BLOCK": "constexpr", "FLAG": "constexpr"}
+    # As the GPU's JIT specialises: a unit stride is a constant, 16-divisible sizes and aligned
+    # pointers carry tt.divisibility (without it the compile would show slower code than a GPU runs).
+    assert spec["constexprs"] == {"unit": 1, "BLOCK": 128, "FLAG": None}
     assert spec["options"] == {"num_warps": 8}
-    assert "n" in spec["divisible"] and "big" in spec["divisible"]
+    assert set(spec["divisible"]) == {"x_ptr", "y_ptr", "n", "big"}
