@@ -1,0 +1,167 @@
+"""H100 reference kernel for level1/layer_norm_backward: for y = xhat * w + b with
+xhat = (x - mean) * rstd, the gradients grad_x = rstd * (g*w - mean(g*w) - xhat * mean(g*w*xhat)),
+grad_w = sum over rows of g * xhat and grad_b = sum over rows of g, in fp32, returned in bf16.
+
+Two kernels. The main one runs a persistent grid of at most NUM_PARTIALS programs; each takes tiles
+of ROWS rows in turn (ROWS = TILE_ELEMS // row block, so short rows still give every thread work).
+Rows whose power-of-two block fits MAX_FUSED columns are held in registers: x and g are read once,
+the mean, the variance (two-pass, on the registers) and the two gradient reductions come from that
+read, grad_x is written once, and the program's shares of grad_w and grad_b accumulate in fp32
+register vectors, stored once at the end as one row each of two NUM_PARTIALS x H partial buffers.
+Longer rows (the 12288-wide shape) go in CHUNK-wide pieces: one sweep gathers sum(x - s),
+sum((x - s)^2), sum(g*w) and sum(g*w*(x - s)) with s = the row's first element as a shift (so the
+variance does not cancel catastrophically when the mean is large), and a second sweep (of the row
+just read, mostly from L2) writes grad_x and adds the tile's grad_w and grad_b contributions to the
+program's own partial rows (no other program touches them, so no atomics; a barrier orders the
+read-modify-write between tiles). The second kernel sums the partial rows in a fixed order
+(deterministic) and writes grad_w and grad_b. DRAM traffic is the minimum (x and g read once,
+grad_x written once) plus the partials, a few percent for thousands of rows. Masked lanes load 0
+and are zeroed after centring; offsets are int64; w may be bf16 or fp32.
+"""
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+MAX_FUSED = 8192  # widest row block (power of two) kept in registers
+CHUNK = 4096  # columns per step for wider rows
+TILE_ELEMS = 4096  # elements per row tile: rows per tile = max(1, TILE_ELEMS // row block)
+NUM_WARPS = 16  # upper bound on warps per program (4 per 2048 tile elements below that)
+NUM_PARTIALS = 264  # persistent programs (2 per H100 SM) = rows of each partial buffer
+FINAL_BLOCK = 128  # columns per program in the partials reduction
+TUNABLES = {
+    "MAX_FUSED": [4096, 8192],
+    "CHUNK": [2048, 4096],
+    "TILE_ELEMS": [2048, 4096, 8192],
+    "NUM_WARPS": [8, 16],
+    "NUM_PARTIALS": [132, 264, 528],
+    "FINAL_BLOCK": [64, 128, 256],
+}
+
+
+@triton.jit
+def _layer_norm_bwd_kernel(x_ptr, w_ptr, g_ptr, dx_ptr, part_ptr, rows, cols, eps, n_tiles,
+                           ROWS: tl.constexpr, BLOCK: tl.constexpr, FUSED: tl.constexpr):
+    pid = tl.program_id(0)
+    n_prog = tl.num_programs(0)
+    rr = tl.arange(0, ROWS).to(tl.int64)
+    c = tl.arange(0, BLOCK)
+    part_w = part_ptr + pid.to(tl.int64) * cols
+    part_b = part_w + n_prog.to(tl.int64) * cols
+    if FUSED:
+        cmask = c < cols
+        w = tl.load(w_ptr + c, mask=cmask, other=0.0).to(tl.float32)
+        acc_w = tl.zeros((BLOCK,), tl.float32)
+        acc_b = tl.zeros((BLOCK,), tl.float32)
+        for t in range(pid, n_tiles, n_prog):
+            r = t * ROWS + rr
+            m = (r < rows)[:, None] & cmask[None, :]
+            offs = r[:, None] * cols + c[None, :]
+            x = tl.load(x_ptr + offs, mask=m, other=0.0).to(tl.float32)
+            g = tl.load(g_ptr + offs, mask=m, other=0.0).to(tl.float32)
+            mean = tl.sum(x, axis=1) / cols
+            xc = tl.where(m, x - mean[:, None], 0.0)
+            rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / cols + eps)
+            xhat = xc * rstd[:, None]
+            gw = g * w[None, :]
+            c1 = tl.sum(gw, axis=1) / cols
+            c2 = tl.sum(gw * xhat, axis=1) / cols
+            dx = rstd[:, None] * (gw - c1[:, None] - xhat * c2[:, None])
+            tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=m)
+            acc_w += tl.sum(g * xhat, axis=0)
+            acc_b += tl.sum(g, axis=0)
+        tl.store(part_w + c, acc_w, mask=cmask)
+        tl.store(part_b + c, acc_b, mask=cmask)
+    else:
+        for t in range(pid, n_tiles, n_prog):
+            r = t * ROWS + rr
+            rmask = r < rows
+            shift = tl.load(x_ptr + r * cols, mask=rmask, other=0.0).to(tl.float32)
+            s1 = tl.zeros((ROWS,), tl.float32)
+            s2 = tl.zeros((ROWS,), tl.float32)
+            sg = tl.zeros((ROWS,), tl.float32)
+            sgx = tl.zeros((ROWS,), tl.float32)
+            for c0 in range(0, cols, BLOCK):
+                cc = c0 + c
+                cmask = cc < cols
+                m = rmask[:, None] & cmask[None, :]
+                offs = r[:, None] * cols + cc[None, :]
+                x = tl.load(x_ptr + offs, mask=m, other=0.0).to(tl.float32)
+                g = tl.load(g_ptr + offs, mask=m, other=0.0).to(tl.float32)
+                w = tl.load(w_ptr + cc, mask=cmask, other=0.0).to(tl.float32)
+                xs = tl.where(m, x - shift[:, None], 0.0)
+                gw = g * w[None, :]
+                s1 += tl.sum(xs, axis=1)
+                s2 += tl.sum(xs * xs, axis=1)
+                sg += tl.sum(gw, axis=1)
+                sgx += tl.sum(gw * xs, axis=1)
+            mean_s = s1 / cols
+            rstd = 1.0 / tl.sqrt(tl.maximum(s2 / cols - mean_s * mean_s, 0.0) + eps)
+            mean = shift + mean_s
+            c1 = sg / cols
+            c2 = rstd * (sgx / cols - mean_s * c1)
+            for c0 in range(0, cols, BLOCK):
+                cc = c0 + c
+                cmask = cc < cols
+                m = rmask[:, None] & cmask[None, :]
+                offs = r[:, None] * cols + cc[None, :]
+                x = tl.load(x_ptr + offs, mask=m, other=0.0).to(tl.float32)
+                g = tl.load(g_ptr + offs, mask=m, other=0.0).to(tl.float32)
+                w = tl.load(w_ptr + cc, mask=cmask, other=0.0).to(tl.float32)
+                xhat = tl.where(m, (x - mean[:, None]) * rstd[:, None], 0.0)
+                dx = rstd[:, None] * (g * w[None, :] - c1[:, None] - xhat * c2[:, None])
+                tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=m)
+                pw = tl.load(part_w + cc, mask=cmask, other=0.0)
+                tl.store(part_w + cc, pw + tl.sum(g * xhat, axis=0), mask=cmask)
+                pb = tl.load(part_b + cc, mask=cmask, other=0.0)
+                tl.store(part_b + cc, pb + tl.sum(g, axis=0), mask=cmask)
+            tl.debug_barrier()  # this tile's partial-row writes before the next tile reads them
+
+
+@triton.jit
+def _sum_partials_kernel(part_ptr, out_ptr, n_parts, cols, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+    # grid axis 1 picks the buffer: 0 -> grad_w, 1 -> grad_b
+    which = tl.program_id(1).to(tl.int64)
+    base = part_ptr + which * n_parts * cols
+    c = tl.program_id(0).to(tl.int64) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = c < cols
+    p = tl.arange(0, BLOCK_P)
+    acc = tl.zeros((BLOCK_P, BLOCK_C), tl.float32)
+    for p0 in range(0, n_parts, BLOCK_P):
+        pp = (p0 + p).to(tl.int64)
+        m = (pp < n_parts)[:, None] & cmask[None, :]
+        acc += tl.load(base + pp[:, None] * cols + c[None, :], mask=m, other=0.0)
+    tl.store(out_ptr + which * cols + c, tl.sum(acc, axis=0).to(out_ptr.dtype.element_ty), mask=cmask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, eps: float):
+        super().__init__()
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor, w: torch.Tensor, grad_out: torch.Tensor):
+        cols = x.shape[-1]
+        x2 = x.contiguous().view(-1, cols)
+        g2 = grad_out.contiguous().view(-1, cols)
+        w = w.contiguous()
+        rows = x2.shape[0]
+        grad_x = torch.empty_like(x2)
+        grad_wb = torch.empty((2, cols), device=x.device, dtype=x.dtype)
+        if cols == 0:
+            return grad_x.view(x.shape), grad_wb[0], grad_wb[1]
+        block = triton.next_power_of_2(cols)
+        fused = block <= MAX_FUSED
+        if not fused:
+            block = CHUNK
+        rows_per_tile = min(max(1, TILE_ELEMS // block), triton.next_power_of_2(max(rows, 1)))
+        n_tiles = triton.cdiv(rows, rows_per_tile)
+        n_prog = max(1, min(NUM_PARTIALS, n_tiles))
+        alloc = torch.empty if fused else torch.zeros
+        partials = alloc((2, n_prog, cols), device=x.device, dtype=torch.float32)
+        warps = max(4, min(NUM_WARPS, rows_per_tile * block // 512))
+        _layer_norm_bwd_kernel[(n_prog,)](x2, w, g2, grad_x, partials, rows, cols, self.eps, n_tiles,
+                                          ROWS=rows_per_tile, BLOCK=block, FUSED=fused, num_warps=warps)
+        _sum_partials_kernel[(triton.cdiv(cols, FINAL_BLOCK), 2)](partials, grad_wb, n_prog, cols,
+                                                                  BLOCK_P=32, BLOCK_C=FINAL_BLOCK, num_warps=4)
+        return grad_x.view(x.shape), grad_wb[0], grad_wb[1]
