@@ -79,7 +79,11 @@ def verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, EvalResult]:
                "fallback": FALLBACK}
     jobs = [make_job(task, Candidate(src, backend="triton"), device="cpu", measure=Measure(timing=False))
             for src in sources.values()]
-    return dict(zip(sources, evaluate_many(jobs, config, workers=2), strict=True))
+    # Only the default shape in the interpreter: the odd one is dry-launched for the compile.
+    jobs.append(make_job(task, Candidate(HONEST, backend="triton"), device="cpu", measure=Measure(timing=False),
+                         shapes=("default",)))
+    names = [*sources, "default_only"]
+    return dict(zip(names, evaluate_many(jobs, config, workers=2), strict=True))
 
 
 def test_an_honest_triton_kernel_is_checked_in_the_interpreter_and_compiled_for_sm90a(verdicts):
@@ -97,6 +101,15 @@ def test_an_honest_triton_kernel_is_checked_in_the_interpreter_and_compiled_for_
         assert kernel.registers and kernel.registers > 0
         assert kernel.spill_store_bytes == 0
     assert "sm_90a" in result.compile.log_tail
+
+
+def test_shapes_left_out_of_the_interpreter_are_still_compiled_as_a_gpu_would_launch_them(verdicts):
+    result = verdicts["default_only"]
+    assert result.accepted
+    assert {r.shape for r in result.correctness} == {"default"}
+    # The odd shape (201 columns, not divisible by 16) was only dry-launched, yet its
+    # specialisation was compiled beside the default one.
+    assert len(result.compile.resources) == 2
 
 
 def test_a_wrong_mask_is_a_mismatch(verdicts):
