@@ -23,9 +23,9 @@ KERNELS = list_kernels()
 IDS = [f"{k.gpu}/{k.task_name}" for k in KERNELS]
 
 
-def test_the_library_ships_cpu_and_cuda_kernels():
+def test_the_library_ships_cpu_cuda_and_triton_kernels():
     backends = {k.backend for k in KERNELS}
-    assert {"cpu", "cuda"} <= backends
+    assert {"cpu", "cuda", "triton"} <= backends
     assert len([k for k in KERNELS if k.backend == "cpu"]) >= 6
 
 
