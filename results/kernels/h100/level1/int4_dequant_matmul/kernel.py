@@ -5,7 +5,8 @@ scale per GROUP input channels: W[n, k] = (q - 8) * scale[n, k // GROUP].
 The weight is dequantised in registers inside the GEMM loop and never exists in memory in bf16:
 each step loads a BLOCK_N x BLOCK_K/2 tile of packed bytes, splits the nibbles, interleaves them
 back into column order (tl.join + reshape), subtracts 8, multiplies by the group scale (one per
-row of the tile when GROUP is a multiple of BLOCK_K, else gathered per column) and rounds to bf16,
+row of the tile when GROUP is a multiple of BLOCK_K, which the host arranges for power-of-two
+groups; else gathered per column, with BLOCK_K capped at GATHER_BLOCK_K) and rounds to bf16,
 as the reference does. The product is computed transposed, y^T tile = W tile @ x^T tile, so the
 dequantised weight is the left wgmma operand, which Hopper takes straight from registers, while
 the x tile comes from shared memory through the cp.async pipeline (NUM_STAGES deep).
@@ -46,6 +47,7 @@ DECODE_BLOCK_K = 128
 DECODE_PROGRAMS = 512
 DECODE_WARPS = 4
 DECODE_STAGES = 4
+GATHER_BLOCK_K = 32
 REDUCE_BLOCK = 1024
 TUNABLES = {
     "BLOCK_N": [64, 128],
@@ -60,6 +62,7 @@ TUNABLES = {
     "DECODE_PROGRAMS": [264, 512, 1024, 2048],
     "DECODE_WARPS": [4, 8],
     "DECODE_STAGES": [2, 3, 4, 5],
+    "GATHER_BLOCK_K": [16, 32],
     "REDUCE_BLOCK": [512, 1024, 2048],
 }
 
@@ -166,8 +169,11 @@ def w4a16_matmul(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, gr
     else:
         block_n, block_m, block_k = BLOCK_N, BLOCK_M, BLOCK_K
         warps, stages, programs = NUM_WARPS, NUM_STAGES, 1
-    if group % block_k and block_k % group == 0 and group >= 32:
+    if group % block_k and block_k % group == 0 and group >= 16:
         block_k = group  # a tile inside one scale group
+    scale_per_row = group % block_k == 0
+    if not scale_per_row:
+        block_k = min(block_k, GATHER_BLOCK_K)  # per-column scale pointers must fit in registers
     tiles = triton.cdiv(N, block_n) * triton.cdiv(M, block_m)
     k_tiles = max(triton.cdiv(K, block_k), 1)
     splits = min(max(programs // tiles, 1), k_tiles)
@@ -185,7 +191,7 @@ def w4a16_matmul(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, gr
         x2.stride(0) // x_unit, x2.stride(1), packed.stride(0) // p_unit, scales.stride(0), scales.stride(1),
         *o_strides,
         GROUP=group, BLOCK_N=block_n, BLOCK_M=block_m, BLOCK_K=block_k, GROUP_N=GROUP_N,
-        SCALE_PER_ROW=group % block_k == 0, X_UNIT=x_unit, P_UNIT=p_unit,
+        SCALE_PER_ROW=scale_per_row, X_UNIT=x_unit, P_UNIT=p_unit,
         num_warps=warps, num_stages=stages,
     )
     if splits > 1:
