@@ -3,13 +3,16 @@ in bf16, W (N, K) stored as int4 nibbles two per byte (low nibble = even column)
 scale per GROUP input channels: W[n, k] = (q - 8) * scale[n, k // GROUP].
 
 The weight is dequantised in registers inside the GEMM loop and never exists in memory in bf16:
-each step loads a BLOCK_N x BLOCK_K/2 tile of packed bytes, splits the nibbles, interleaves them
-back into column order (tl.join + reshape), subtracts 8, multiplies by the group scale (one per
-row of the tile when GROUP is a multiple of BLOCK_K, which the host arranges for power-of-two
-groups; else gathered per column, with BLOCK_K capped at GATHER_BLOCK_K) and rounds to bf16,
-as the reference does. The product is computed transposed, y^T tile = W tile @ x^T tile, so the
-dequantised weight is the left wgmma operand, which Hopper takes straight from registers, while
-the x tile comes from shared memory through the cp.async pipeline (NUM_STAGES deep).
+each step loads a BLOCK_N x BLOCK_K/2 tile of packed bytes, splits the nibbles, turns each into
+the bf16 value 128 + q by OR-ing it into the mantissa of 128.0 (no int-to-float conversion,
+which runs at a quarter rate on sm_90), interleaves the halves back into column order (tl.join +
+reshape), and computes (v - 136) * scale in packed bf16 arithmetic: v - 136 = q - 8 is exact and
+the product is rounded once, exactly as the reference rounds its fp32 product to bf16. The scale
+is one per row of the tile when GROUP is a multiple of BLOCK_K (the host arranges this for
+power-of-two groups), else gathered per column with BLOCK_K capped at GATHER_BLOCK_K. The
+product is computed transposed, y^T tile = W tile @ x^T tile, so the dequantised weight is the
+left wgmma operand, which Hopper takes straight from registers, while the x tile comes from
+shared memory through the cp.async pipeline (NUM_STAGES deep).
 
 Two launch shapes, chosen on the host from the token count:
 - decode (TOKENS <= DECODE_MAX_M, e.g. 16): memory-bound on the N x K/2 packed bytes (4x fewer
@@ -27,7 +30,8 @@ where masked packed bytes read as 0x88 (both nibbles 8, weight 0) and masked act
 Rows past N and tokens past TOKENS wrap onto valid ones for the loads and the masked stores drop
 them. Row strides are passed in units of 8 (x) and 16 (packed bytes) when they are multiples of
 those, so Triton knows the rows are 16-byte aligned; otherwise in units of 1 (correct, slower).
-K must be even (two nibbles per byte). Scales may be bf16 or fp32. Offsets are int64.
+K must be even (two nibbles per byte). Activations may be bf16 or fp16 (0x6400 = 1024.0 plays the
+role of 128.0); scales of another dtype are rounded to it. Offsets are int64.
 """
 
 import torch
@@ -68,10 +72,22 @@ TUNABLES = {
 
 
 @triton.jit
+def _nibbles(packed, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MAGIC: tl.constexpr, dtype: tl.constexpr):
+    # (BLOCK_N, BLOCK_K/2) bytes -> (BLOCK_N, BLOCK_K) values MAGIC_value + q in the activation
+    # dtype, column order restored (low nibble = even column). OR-ing q into the mantissa of a
+    # power of two (bf16 128.0 = 0x4300, fp16 1024.0 = 0x6400) converts it without an int-to-float
+    # instruction (a quarter-rate conversion on sm_90).
+    lo = ((packed & 0xF).to(tl.uint16) | MAGIC).to(dtype, bitcast=True)
+    hi = ((packed >> 4).to(tl.uint16) | MAGIC).to(dtype, bitcast=True)
+    return tl.join(lo, hi).reshape(BLOCK_N, BLOCK_K)
+
+
+@triton.jit
 def _w4a16_kernel(x_ptr, p_ptr, s_ptr, out_ptr, M, N, K, split_tiles,
                   stride_xm_u, stride_xk, stride_pn_u, stride_sn, stride_sg, stride_os, stride_om, stride_on,
                   GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
-                  GROUP_N: tl.constexpr, SCALE_PER_ROW: tl.constexpr, X_UNIT: tl.constexpr, P_UNIT: tl.constexpr):
+                  GROUP_N: tl.constexpr, SCALE_PER_ROW: tl.constexpr, X_UNIT: tl.constexpr, P_UNIT: tl.constexpr,
+                  MAGIC: tl.constexpr, BIAS: tl.constexpr):
     # Program (tile, pid_s): out^T[n tile, m tile] summed over K range [pid_s k_split, +k_split),
     # k_split = split_tiles BLOCK_K. Tiles run in grouped order over (n tile, m tile).
     stride_xm = stride_xm_u * X_UNIT
@@ -105,12 +121,12 @@ def _w4a16_kernel(x_ptr, p_ptr, s_ptr, out_ptr, M, N, K, split_tiles,
         kb = k0 + kt * BLOCK_K
         packed = tl.load(p_ptrs)
         xt = tl.load(x_ptrs)
-        q = tl.join((packed & 0xF).to(tl.float32), (packed >> 4).to(tl.float32)).reshape(BLOCK_N, BLOCK_K)
+        q = _nibbles(packed, BLOCK_N, BLOCK_K, MAGIC, x_ptr.dtype.element_ty)
         if SCALE_PER_ROW:
-            scale = tl.load(s_row + (kb // GROUP) * stride_sg).to(tl.float32)[:, None]
+            scale = tl.load(s_row + (kb // GROUP) * stride_sg)[:, None]
         else:
-            scale = tl.load(s_row[:, None] + ((kb + offs_k[None, :]) // GROUP) * stride_sg).to(tl.float32)
-        w = ((q - 8.0) * scale).to(x_ptr.dtype.element_ty)
+            scale = tl.load(s_row[:, None] + ((kb + offs_k[None, :]) // GROUP) * stride_sg)
+        w = (q - BIAS) * scale.to(x_ptr.dtype.element_ty)
         acc = tl.dot(w, xt, acc)
         p_ptrs += BLOCK_K // 2
         x_ptrs += BLOCK_K * stride_xk
@@ -119,13 +135,13 @@ def _w4a16_kernel(x_ptr, p_ptr, s_ptr, out_ptr, M, N, K, split_tiles,
         kb = k0 + k_full * BLOCK_K
         packed = tl.load(p_ptrs, mask=offs_j[None, :] < k_left // 2, other=0x88)
         xt = tl.load(x_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-        q = tl.join((packed & 0xF).to(tl.float32), (packed >> 4).to(tl.float32)).reshape(BLOCK_N, BLOCK_K)
+        q = _nibbles(packed, BLOCK_N, BLOCK_K, MAGIC, x_ptr.dtype.element_ty)
         if SCALE_PER_ROW:
-            scale = tl.load(s_row + (kb // GROUP) * stride_sg).to(tl.float32)[:, None]
+            scale = tl.load(s_row + (kb // GROUP) * stride_sg)[:, None]
         else:
             scale = tl.load(s_row[:, None] + ((kb + offs_k[None, :]) // GROUP) * stride_sg,
-                            mask=offs_k[None, :] < k_left, other=0.0).to(tl.float32)
-        w = ((q - 8.0) * scale).to(x_ptr.dtype.element_ty)
+                            mask=offs_k[None, :] < k_left, other=0.0)
+        w = (q - BIAS) * scale.to(x_ptr.dtype.element_ty)
         acc = tl.dot(w, xt, acc)
 
     o_ptrs = (out_ptr + pid_s.to(tl.int64) * stride_os + offs_m.to(tl.int64)[None, :] * stride_om
@@ -145,6 +161,10 @@ def _sum_splits_kernel(part_ptr, y_ptr, numel, splits, BLOCK: tl.constexpr):
     tl.store(y_ptr + offs, acc.to(y_ptr.dtype.element_ty), mask=mask)
 
 
+# Activation dtype -> (bit pattern of a power of two P with q in its low mantissa bits, P + 8).
+_MAGIC = {torch.bfloat16: (0x4300, 136.0), torch.float16: (0x6400, 1032.0)}
+
+
 def _unit(stride: int, t: torch.Tensor, unit: int) -> int:
     return unit if stride % unit == 0 and t.data_ptr() % 16 == 0 else 1
 
@@ -158,6 +178,8 @@ def w4a16_matmul(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, gr
         raise ValueError(f"w4a16: packed weight {tuple(packed.shape)} {packed.dtype} does not fit K = {K}")
     if packed.stride(1) != 1:
         raise ValueError("w4a16: packed weight rows must be contiguous")
+    if x.dtype not in _MAGIC:
+        raise ValueError(f"w4a16: activations must be bfloat16 or float16, not {x.dtype}")
     x2 = x.reshape(-1, K)
     M = x2.shape[0]
     y = torch.empty((M, N), device=x.device, dtype=x.dtype)
@@ -191,7 +213,7 @@ def w4a16_matmul(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, gr
         x2.stride(0) // x_unit, x2.stride(1), packed.stride(0) // p_unit, scales.stride(0), scales.stride(1),
         *o_strides,
         GROUP=group, BLOCK_N=block_n, BLOCK_M=block_m, BLOCK_K=block_k, GROUP_N=GROUP_N,
-        SCALE_PER_ROW=scale_per_row, X_UNIT=x_unit, P_UNIT=p_unit,
+        SCALE_PER_ROW=scale_per_row, X_UNIT=x_unit, P_UNIT=p_unit, MAGIC=_MAGIC[x.dtype][0], BIAS=_MAGIC[x.dtype][1],
         num_warps=warps, num_stages=stages,
     )
     if splits > 1:
