@@ -27,7 +27,7 @@ BLOCK_K = 32
 GROUP_M = 8
 NUM_STAGES = 3
 NUM_WARPS = 8
-INPUT_PRECISION = "tf32x3"
+INPUT_PRECISION = 'tf32x3'  # repr form: the tunables tooling rewrites this line
 TUNABLES = {
     "BLOCK_M": [64, 128],
     "BLOCK_N": [64, 128],
