@@ -12,10 +12,12 @@ skinny 512 x 128 variant) use 128 x 128 tiles with NUM_STAGES_NARROW stages, so 
 wastes tensor-core time.
 
 Edges: the K loop runs unmasked over whole BLOCK_K slices and one masked step takes the
-remainder. Rows past M wrap onto valid rows and columns wrap modulo a multiple of 16 (n_wrap), so
+remainder. Rows past M wrap onto valid rows and columns wrap modulo a multiple of 8 (n_wrap), so
 the loads need no M/N masks and keep 16-byte vectors; the masked store drops the extra results.
-Operands whose rows do not start on 16-element boundaries (the odd 1000 x 1500 x 777 variant)
-are first copied by a Triton kernel into a padded buffer (zeros in the padding). Batch and row
+Strides reach the kernel in units of 8 elements, telling Triton every row is 16-byte aligned;
+operands whose row or batch strides are not multiples of 8, or B when N is not (the odd
+1000 x 1500 x 777 variant), are first copied by a Triton kernel into a buffer padded to 16
+(zeros in the padding). Batch and row
 offsets are int64. Empty products return an empty or zero result.
 """
 
@@ -48,9 +50,20 @@ TUNABLES = {
 
 
 @triton.jit
-def _bmm_kernel(a_ptr, b_ptr, c_ptr, M, N, K, n_wrap,
-                stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn, stride_cb, stride_cm, stride_cn,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+def _bmm_kernel(a_ptr, b_ptr, c_ptr, M, N, K, n_wrap8,
+                stride_ab8, stride_am8, stride_ak, stride_bb8, stride_bk8, stride_bn,
+                stride_cb_u, stride_cm_u, stride_cn,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                C_UNIT: tl.constexpr):
+    # Strides ending in 8 (and the column wrap) come in units of 8 elements: multiplying back by 8
+    # tells Triton every row starts on a 16-byte boundary, so the loads are 16-byte vectors.
+    stride_ab = stride_ab8 * 8
+    stride_am = stride_am8 * 8
+    stride_bb = stride_bb8 * 8
+    stride_bk = stride_bk8 * 8
+    n_wrap = n_wrap8 * 8
+    stride_cb = stride_cb_u * C_UNIT
+    stride_cm = stride_cm_u * C_UNIT
     pid = tl.program_id(0)
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
@@ -107,12 +120,12 @@ def _copy_rows_kernel(src_ptr, dst_ptr, R, C, C_pad, stride_sb, stride_sr, strid
              mask=(rows[:, None] < R) & (cols[None, :] < C_pad))
 
 
-def _aligned_rows(x: torch.Tensor, need_cols16: bool) -> torch.Tensor:
-    """x, or a copy of x (BATCH, R, C) whose rows are contiguous and start every 16 elements.
-    With need_cols16, the column count must also be a multiple of 16 (columns are read up to it)."""
+def _aligned_rows(x: torch.Tensor, need_cols8: bool) -> torch.Tensor:
+    """x, or a copy of x (BATCH, R, C) whose rows are contiguous and start every 16 bytes.
+    With need_cols8, the column count must also be a multiple of 8 (columns are read up to it)."""
     nb, R, C = x.shape
-    if (x.stride(2) == 1 and x.stride(1) % 16 == 0 and x.stride(0) % 16 == 0 and x.data_ptr() % 16 == 0
-            and (C % 16 == 0 or not need_cols16)):
+    if (x.stride(2) == 1 and x.stride(1) % 8 == 0 and x.stride(0) % 8 == 0 and x.data_ptr() % 16 == 0
+            and (C % 8 == 0 or not need_cols8)):
         return x
     c_pad = triton.cdiv(max(C, 1), 16) * 16
     buf = torch.empty((nb, R, c_pad), device=x.device, dtype=x.dtype)
@@ -131,17 +144,19 @@ def bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     c = torch.empty((nb, M, N), device=a.device, dtype=a.dtype)
     if nb == 0 or M == 0 or N == 0:
         return c
-    a = _aligned_rows(a, need_cols16=False)
-    b = _aligned_rows(b, need_cols16=True)
+    a = _aligned_rows(a, need_cols8=False)
+    b = _aligned_rows(b, need_cols8=True)
+    n_wrap = N if N % 8 == 0 else b.stride(1)  # a copied B is zero-padded to its row stride
+    c_unit = 8 if N % 8 == 0 else 1
     narrow = N <= BLOCK_N_NARROW
     block_n = BLOCK_N_NARROW if narrow else BLOCK_N
     stages = NUM_STAGES_NARROW if narrow else NUM_STAGES
     grid = (nb * triton.cdiv(M, BLOCK_M) * triton.cdiv(N, block_n),)
     _bmm_kernel[grid](
-        a, b, c, M, N, K, triton.cdiv(N, 16) * 16,
-        a.stride(0), a.stride(1), a.stride(2), b.stride(0), b.stride(1), b.stride(2),
-        c.stride(0), c.stride(1), c.stride(2),
-        BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
+        a, b, c, M, N, K, n_wrap // 8,
+        a.stride(0) // 8, a.stride(1) // 8, a.stride(2), b.stride(0) // 8, b.stride(1) // 8, b.stride(2),
+        c.stride(0) // c_unit, c.stride(1) // c_unit, c.stride(2),
+        BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M, C_UNIT=c_unit,
         num_warps=NUM_WARPS, num_stages=stages,
     )
     return c

@@ -11,11 +11,12 @@ tensor-core bound. The fp32 accumulator is rounded to bf16 only at the store.
 
 Edges: the main K loop runs unmasked over whole BLOCK_K slices and a single masked step takes
 the K remainder. Rows past M are wrapped back onto valid rows for the loads (their results are
-dropped by the masked store); columns are wrapped modulo a multiple of 16 (n_wrap), which keeps
-16-byte vector loads along N. Both need operand rows that start on 16-element boundaries: an
-operand whose row stride is not a multiple of 16 elements (the odd 4001 x 3999 x 4093 variant)
-or whose N is not, is first copied into a padded buffer by a Triton copy kernel (one extra pass
-over that operand, against an unpipelined scalar-load GEMM otherwise). Padding columns are
+dropped by the masked store); columns are wrapped modulo a multiple of 8 (n_wrap), which keeps
+16-byte vector loads along N. Row strides reach the kernel in units of 8 elements, which tells
+Triton every row starts on a 16-byte boundary; an operand whose row stride is not a multiple of
+8 (the odd 4001 x 3999 x 4093 variant), or B when N is not, is first copied into a buffer padded
+to 16 by a Triton copy kernel (one extra pass over that operand, against an unpipelined
+scalar-load GEMM otherwise). Padding columns are
 zeroed by the copy (they only feed output columns >= N, which are never stored). Offsets are
 int64, so operands beyond 2^31 elements are addressed correctly. Empty products return zeros.
 """
@@ -45,9 +46,16 @@ TUNABLES = {
 
 
 @triton.jit
-def _gemm_kernel(a_ptr, b_ptr, c_ptr, M, N, K, n_wrap,
-                 stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+def _gemm_kernel(a_ptr, b_ptr, c_ptr, M, N, K, n_wrap8,
+                 stride_am8, stride_ak, stride_bk8, stride_bn, stride_cm_u, stride_cn,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                 C_UNIT: tl.constexpr):
+    # Row strides (and the column wrap) come in units of 8 elements: multiplying back by 8 here
+    # tells Triton that every row starts on a 16-byte boundary, so the loads are 16-byte vectors.
+    stride_am = stride_am8 * 8
+    stride_bk = stride_bk8 * 8
+    n_wrap = n_wrap8 * 8
+    stride_cm = stride_cm_u * C_UNIT
     # Grouped ordering: consecutive programs cover GROUP_M tile-rows of one band of columns.
     pid = tl.program_id(0)
     tiles_m = tl.cdiv(M, BLOCK_M)
@@ -98,12 +106,12 @@ def _copy_rows_kernel(src_ptr, dst_ptr, R, C, C_pad, stride_sr, stride_sc, strid
     tl.store(dst_ptr + r64 * stride_dr + cols[None, :], v, mask=(rows[:, None] < R) & (cols[None, :] < C_pad))
 
 
-def _aligned_rows(x: torch.Tensor, need_cols16: bool) -> torch.Tensor:
+def _aligned_rows(x: torch.Tensor, need_cols8: bool) -> torch.Tensor:
     """x, or a copy of x whose rows are contiguous and start every 16 elements (16-byte vectors).
-    With need_cols16, the column count must also be a multiple of 16 (columns are read up to it)."""
+    With need_cols8, the column count must also be a multiple of 8 (columns are read up to it)."""
     R, C = x.shape
-    if (x.stride(1) == 1 and x.stride(0) % 16 == 0 and x.data_ptr() % 16 == 0
-            and (C % 16 == 0 or not need_cols16)):
+    if (x.stride(1) == 1 and x.stride(0) % 8 == 0 and x.data_ptr() % 16 == 0
+            and (C % 8 == 0 or not need_cols8)):
         return x
     c_pad = triton.cdiv(max(C, 1), 16) * 16
     buf = torch.empty((R, c_pad), device=x.device, dtype=x.dtype)
@@ -122,14 +130,15 @@ def gemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
     if M == 0 or N == 0:
         return c
-    a = _aligned_rows(a, need_cols16=False)
-    b = _aligned_rows(b, need_cols16=True)
-    n_wrap = triton.cdiv(N, 16) * 16
+    a = _aligned_rows(a, need_cols8=False)
+    b = _aligned_rows(b, need_cols8=True)
+    n_wrap = N if N % 8 == 0 else b.stride(0)  # a copied B is zero-padded to its row stride
+    c_unit = 8 if N % 8 == 0 else 1
     grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
     _gemm_kernel[grid](
-        a, b, c, M, N, K, n_wrap,
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
-        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
+        a, b, c, M, N, K, n_wrap // 8,
+        a.stride(0) // 8, a.stride(1), b.stride(0) // 8, b.stride(1), c.stride(0) // c_unit, c.stride(1),
+        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M, C_UNIT=c_unit,
         num_warps=NUM_WARPS, num_stages=NUM_STAGES,
     )
     return c
