@@ -3,9 +3,10 @@ checks their indexing, masking and arithmetic against the reference.
 
 The interpreter stores bfloat16 as raw uint16 and, in the versions we checked (3.9), applies
 numpy's arithmetic, comparisons and `tl.dot` to those bit patterns: `x + y`, `x < y` and
-`tl.dot(a, b)` on bf16 operands give garbage. `enable()` patches the interpreter's builder so that
-bf16 operands are widened to fp32, computed, and rounded back to bf16 (round to nearest even),
-which is what a GPU's bf16 instructions do. tests/evaluator/test_triton_interpret.py pins each
+`tl.dot(a, b)` on bf16 operands give garbage; and it converts fp32 to bf16 by truncation, where a
+GPU rounds to nearest even (doubling the error of every bf16 output). `enable()` patches the
+interpreter's builder so that bf16 operands are widened to fp32, computed, and rounded back to
+bf16 to nearest even, which is what a GPU's bf16 instructions do. tests/evaluator/test_triton_interpret.py pins each
 repaired case against PyTorch.
 
 What the interpreter cannot show: timing (it is numpy, program by program), races between
@@ -89,6 +90,21 @@ def _patch_bf16() -> None:
             return interp.TensorHandle(rounded.view(torch.int16).numpy().view(np.uint16), tl.bfloat16)
         return handle
 
+    original_cast = builder.cast_impl
+    original_fp_to_fp = builder.create_fp_to_fp
+    rtz = interp._ir.ROUNDING_MODE.RTZ
+
+    def cast_impl(self: Any, src: Any, dst_type: Any) -> Any:
+        # The interpreter truncates fp32 -> bf16 (rounds toward zero); the GPU rounds to nearest even.
+        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
+            return narrow(src)
+        return original_cast(self, src, dst_type)
+
+    def create_fp_to_fp(self: Any, src: Any, dst_type: Any, rounding_mode: Any) -> Any:
+        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16 and rounding_mode != rtz:
+            return narrow(src)
+        return original_fp_to_fp(self, src, dst_type, rounding_mode)
+
     original_binary = builder.binary_op
     original_unary = builder.unary_op
     original_dot = builder.create_dot
@@ -110,6 +126,8 @@ def _patch_bf16() -> None:
             return narrow(out) if d.dtype.scalar == tl.bfloat16 else out
         return original_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
 
+    builder.cast_impl = cast_impl
+    builder.create_fp_to_fp = create_fp_to_fp
     builder.binary_op = binary_op
     builder.unary_op = unary_op
     builder.create_dot = create_dot

@@ -150,6 +150,7 @@ def ops(a, b, o, B: tl.constexpr):
     tl.store(o + 3 * B + r, tl.where(x < y, x, y))
     tl.store(o + 4 * B + r, -x)
     tl.store(o + 5 * B + r, x - y)
+    tl.store(o + 6 * B + r, (x.to(tl.float32) * y.to(tl.float32)).to(tl.bfloat16))  # exact in fp32, then rounded
 
 @triton.jit
 def dot(a, b, c, B: tl.constexpr):
@@ -161,15 +162,16 @@ def dot(a, b, c, B: tl.constexpr):
 torch.manual_seed(0)
 a = torch.randn(64, dtype=torch.bfloat16)
 b = torch.randn(64, dtype=torch.bfloat16)
-o = torch.empty(6 * 64, dtype=torch.bfloat16)
+o = torch.empty(7 * 64, dtype=torch.bfloat16)
 ops[(1,)](a, b, o, 64)
 af, bf = a.float(), b.float()
-want = torch.stack([af + bf, af * bf, torch.maximum(af, bf), torch.where(af < bf, af, bf), -af, af - bf]).bfloat16()
+want = torch.stack([af + bf, af * bf, torch.maximum(af, bf), torch.where(af < bf, af, bf), -af, af - bf,
+                    af * bf]).bfloat16()
 ma = torch.randn(16, 16, dtype=torch.bfloat16)
 mb = torch.randn(16, 16, dtype=torch.bfloat16)
 mc = torch.empty(16, 16)
 dot[(1,)](ma, mb, mc, 16)
-print(json.dumps({"elementwise_equal": torch.equal(o.view(6, 64), want),
+print(json.dumps({"elementwise_equal": torch.equal(o.view(7, 64), want),
                   "dot_err": (mc - ma.float() @ mb.float()).abs().max().item()}))
 '''
 
@@ -178,7 +180,7 @@ def test_bf16_arithmetic_in_the_interpreter_matches_pytorch_bit_for_bit():
     done = subprocess.run([sys.executable, "-c", BF16_PROBE], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["elementwise_equal"], "bf16 +, *, max, compare/select, neg, - must round like the GPU"
+    assert report["elementwise_equal"], "bf16 +, *, max, compare/select, neg, - and fp32->bf16 must round like the GPU"
     assert report["dot_err"] < 1e-4, "bf16 tl.dot must multiply values, not bit patterns"
 
 
