@@ -13,7 +13,9 @@ grad_w contribution to the program's own partial row (no other program touches i
 and a barrier orders its read-modify-write between tiles). The second kernel sums the partial rows
 column by column in a fixed order (deterministic, no atomics) and writes grad_w. DRAM traffic is
 the minimum (x and g read once, grad_x written once) plus the partials, a few percent for
-thousands of rows. Masked lanes load 0; offsets are int64; w may be bf16 or fp32.
+thousands of rows. The row length reaches the kernels as a multiple of ALIGN = 8 when it is
+one, so rows such as 5000 (8 but not 16 divides it) still get 16-byte accesses. Masked lanes
+load 0; offsets are int64; w may be bf16 or fp32.
 """
 
 import torch
@@ -38,8 +40,9 @@ TUNABLES = {
 
 
 @triton.jit
-def _rms_norm_bwd_kernel(x_ptr, w_ptr, g_ptr, dx_ptr, part_ptr, rows, cols, eps, n_tiles,
-                         ROWS: tl.constexpr, BLOCK: tl.constexpr, FUSED: tl.constexpr):
+def _rms_norm_bwd_kernel(x_ptr, w_ptr, g_ptr, dx_ptr, part_ptr, rows, cols_div, eps, n_tiles,
+                         ROWS: tl.constexpr, BLOCK: tl.constexpr, FUSED: tl.constexpr, ALIGN: tl.constexpr):
+    cols = cols_div * ALIGN  # the row length, known to the compiler as a multiple of ALIGN
     pid = tl.program_id(0)
     n_prog = tl.num_programs(0)
     rr = tl.arange(0, ROWS).to(tl.int64)
@@ -133,8 +136,9 @@ class ModelNew(nn.Module):
         alloc = torch.empty if fused else torch.zeros
         partials = alloc((n_prog, cols), device=x.device, dtype=torch.float32)
         warps = max(4, min(NUM_WARPS, rows_per_tile * block // 512))
-        _rms_norm_bwd_kernel[(n_prog,)](x2, w, g2, grad_x, partials, rows, cols, self.eps, n_tiles,
-                                        ROWS=rows_per_tile, BLOCK=block, FUSED=fused, num_warps=warps)
+        align = 8 if cols % 8 == 0 else 1  # rows start on 16-byte boundaries: vector accesses
+        _rms_norm_bwd_kernel[(n_prog,)](x2, w, g2, grad_x, partials, rows, cols // align, self.eps, n_tiles,
+                                        ROWS=rows_per_tile, BLOCK=block, FUSED=fused, ALIGN=align, num_warps=warps)
         _sum_partials_kernel[(triton.cdiv(cols, FINAL_BLOCK),)](partials, grad_w, n_prog, cols,
                                                                 BLOCK_P=32, BLOCK_C=FINAL_BLOCK, num_warps=4)
         return grad_x.view(x.shape), grad_w
