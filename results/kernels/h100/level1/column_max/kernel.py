@@ -1,14 +1,14 @@
 """H100 reference kernel for level1/column_max: out = x.amax(dim=0) for a 2-D fp32 tensor.
 
-Programs tile the columns in BLOCK_C-wide strips (the fast axis, 16-byte loads, whole 128-byte lines
-per warp) and, when the strips alone cannot fill the GPU, also split the rows into SPLITS slabs, so
-that about TARGET_PROGRAMS programs stream the matrix at once. Each program keeps a BLOCK_R x
-BLOCK_C running maximum in registers while it walks its slab BLOCK_R rows at a time (BLOCK_R loads
-in flight per thread), then reduces it over rows. With one slab the result goes straight to the
-output; otherwise each slab writes a partial row and a second small kernel takes the maximum over
-the SPLITS partials (SPLITS x COLS floats, a few percent of the input). DRAM traffic is one read of
-the input; strides are passed in, so a strided input needs no copy. NaN propagates as in
-torch.amax; masked lanes hold -inf; offsets are int64.
+Programs tile the columns in BLOCK_C-wide strips (the fast axis: whole 128-byte lines per warp,
+16-byte loads when the row pitch is a multiple of 16 bytes) and, when the strips alone cannot fill
+the GPU, also split the rows into SPLITS slabs, so that about TARGET_PROGRAMS programs stream the
+matrix at once. Each program keeps a BLOCK_R x BLOCK_C running maximum in registers while it walks
+its slab BLOCK_R rows at a time (BLOCK_R loads in flight per thread), then reduces it over rows.
+With one slab the result goes straight to the output; otherwise each slab writes a partial row and a
+second small kernel takes the maximum over the SPLITS partials (SPLITS x COLS floats, a few percent
+of the input). DRAM traffic is one read of the input; strides are passed in, so a strided input
+needs no copy. NaN propagates as in torch.amax; masked lanes hold -inf; offsets are int64.
 """
 
 import torch

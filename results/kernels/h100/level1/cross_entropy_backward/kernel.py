@@ -1,15 +1,16 @@
-"""H100 reference kernel for level1/cross_entropy_backward: grad = softmax(logits) - onehot(target)
-per row, computed in fp32 from bf16 logits and stored in bf16.
+"""H100 reference kernel for level1/cross_entropy_backward: grad = softmax(logits) - onehot(target) per
+row, computed in fp32 from bf16 logits and stored in bf16.
 
 One program per row. Vocabularies up to MAX_FUSED (power of two) are held in registers: the row is
 read once, max and normaliser are reduced from registers, and the gradient written once (the
-minimum: one read, one write). Large vocabularies (128k-256k) stream in CHUNK-wide pieces, 16-byte
-loads of 8 bf16: the first sweep keeps per-lane online statistics (running max and the sum of
-exp(x - max), rescaled when the max grows) so the row's max and normaliser come from one read with
-a single cross-lane reduction at the end; the second sweep re-reads the row (partly from L2) and
-writes exp(x - max) / sum, minus one at the target column, rounded once to bf16. All arithmetic is
-fp32; lanes past the row's end load -inf and are guarded so exp never sees inf - inf. Negative
-targets index from the end, as the reference's advanced indexing does. Row offsets are int64.
+minimum: one read, one write). Large vocabularies (128k-256k) stream in CHUNK-wide pieces (16-byte
+loads of 8 bf16, every task vocabulary being a multiple of 16): the first sweep keeps per-lane
+online statistics (running max and the sum of exp(x - max), rescaled when the max grows) so the
+row's max and normaliser come from one read with a single cross-lane reduction at the end; the
+second sweep re-reads the row (partly from L2) and writes exp(x - max) / sum, minus one at the
+target column, rounded once to bf16. All arithmetic is fp32; lanes past the row's end load -inf and
+are guarded so exp never sees inf - inf. Negative targets index from the end, as the reference's
+advanced indexing does. Row offsets are int64.
 """
 
 import torch

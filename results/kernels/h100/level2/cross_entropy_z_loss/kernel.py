@@ -1,15 +1,15 @@
-"""H100 reference kernel for level2/cross_entropy_z_loss: per token, from bf16 logits z,
-loss = lse(z) - z[target] + z_weight * lse(z)^2 with lse the logsumexp over the vocabulary, in fp32.
+"""H100 reference kernel for level2/cross_entropy_z_loss: per token, from bf16 logits z, loss = lse(z)
+- z[target] + z_weight * lse(z)^2 with lse the logsumexp over the vocabulary, in fp32.
 
 One program per row and a single read of the row, the minimum traffic (2 bytes per logit). The row
-streams in tiles of UNROLL x CHUNK logits (CHUNK = 256 x warps, so each thread loads UNROLL
-16-byte vectors of 8 bf16 per step, all in flight at once). Each lane keeps an online running max
-and sum of exp(z - max): per tile it takes the max over its UNROLL values in registers, rescales
-its sum once, and adds UNROLL exponentials, so the exp count stays near one per logit (the
-special-function unit, not DRAM, would otherwise bound a bf16 stream on H100). One cross-lane
-reduction at the end gives lse; the target logit is one scalar load. Lanes past the row's end load
--inf and are guarded so exp never sees inf - inf. The loss is fp32, as the reference returns it.
-Row offsets are int64.
+streams in tiles of UNROLL x CHUNK logits (CHUNK = 256 x warps, so each thread loads UNROLL 16-byte
+vectors of 8 bf16 per step, all in flight at once; 2-byte loads for an odd vocabulary such as 50257,
+whose rows are not 16-byte aligned). Each lane keeps an online running max and sum of exp(z - max):
+per tile it takes the max over its UNROLL values in registers, rescales its sum once, and adds
+UNROLL exponentials, so the exp count stays near one per logit (the special-function unit, not DRAM,
+would otherwise bound a bf16 stream on H100). One cross-lane reduction at the end gives lse; the
+target logit is one scalar load. Lanes past the row's end load -inf and are guarded so exp never
+sees inf - inf. The loss is fp32, as the reference returns it. Row offsets are int64.
 """
 
 import torch
