@@ -3,6 +3,7 @@ stage and by the re-checks of timed outputs."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +28,24 @@ def expected_dtype(reference: torch.Tensor, task_dtype: torch.dtype) -> torch.dt
     return reference.dtype
 
 
+def reference_output_dtypes(model: torch.nn.Module, inputs: list[Any]) -> tuple[torch.dtype, ...] | None:
+    """The dtypes the task-precision reference returns, found on the meta device (no compute):
+    a bf16 model may return fp32 on purpose (a loss, router probabilities). None when its forward
+    cannot run on meta (data-dependent ops such as nonzero); `expected_dtype` then decides."""
+    try:
+        state = {k: v.to("meta") for k, v in itertools.chain(model.named_parameters(), model.named_buffers())}
+        meta_inputs = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in inputs]
+        with torch.no_grad():
+            out = torch.func.functional_call(model, state, tuple(meta_inputs))
+        return tuple(t.dtype for t in flatten_tensors(out))
+    except Exception:
+        return None
+
+
 def compare(candidate: Any, reference: Any, task_dtype: torch.dtype, atol: float, rtol: float,
-            check_dtype: bool = True) -> Comparison:
+            check_dtype: bool = True, dtypes: tuple[torch.dtype, ...] | None = None) -> Comparison:
+    """`reference` was computed in a higher precision; `dtypes` are the output dtypes a
+    task-precision run returns (`reference_output_dtypes`), else `expected_dtype` guesses them."""
     cands = list(flatten_tensors(candidate))
     refs = list(flatten_tensors(reference))
     if len(cands) != len(refs):
@@ -39,7 +56,7 @@ def compare(candidate: Any, reference: Any, task_dtype: torch.dtype, atol: float
         if tuple(c.shape) != tuple(r.shape):
             return Comparison(False, failed_check="shape",
                               message=f"output {i} has shape {tuple(c.shape)}, expected {tuple(r.shape)}")
-        want = expected_dtype(r, task_dtype)
+        want = dtypes[i] if dtypes is not None and len(dtypes) == len(refs) else expected_dtype(r, task_dtype)
         if check_dtype and c.dtype != want:
             return Comparison(False, failed_check="dtype", message=f"output {i} is {c.dtype}, expected {want}")
         c64, r64 = c.detach().to("cpu", torch.float64), r.detach().to("cpu", torch.float64)

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 from agentforge.evaluator import device_state, integrity, native
-from agentforge.evaluator.compare import compare, same_result
+from agentforge.evaluator.compare import compare, reference_output_dtypes, same_result
 from agentforge.evaluator.guards import (
     ConcurrencyWatch,
     ModuleCallWatch,
@@ -170,7 +170,9 @@ def check_shape(task: Task, model_cls: type, shape: str, shape_index: int, devic
     reference, candidate = build_models(task, model_cls, shape, settings.base_seed, device)
     reference_hi = copy.deepcopy(reference).to(settings.reference_dtype)
     outcome.models[shape] = (reference, candidate)
-    tol = dict(atol=settings.atol, rtol=settings.rtol)
+    # The output dtypes of a task-precision run of the reference (a bf16 model may return fp32).
+    dtypes = reference_output_dtypes(reference, task.make_inputs(settings.base_seed, shape, "meta"))
+    tol = dict(atol=settings.atol, rtol=settings.rtol, dtypes=dtypes)
 
     def reference_on(inputs: list[Any]) -> Any:
         return reference_hi(*upcast(inputs, settings.reference_dtype))

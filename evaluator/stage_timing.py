@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 from agentforge.evaluator import timing
-from agentforge.evaluator.compare import compare
+from agentforge.evaluator.compare import compare, reference_output_dtypes
 from agentforge.evaluator.guards import ConcurrencyWatch
 from agentforge.evaluator.result import TimingConfig, TimingRecord
 from agentforge.evaluator.stage_correctness import upcast
@@ -59,6 +59,7 @@ def measure(task: Task, shape: str, candidate: torch.nn.Module, reference: torch
     pool = [task.make_inputs(seed + 7919 * (k + 1), shape, device) for k in range(POOL_SIZE)]
     buffers = [v.clone() if isinstance(v, torch.Tensor) else v for v in pool[0]]
     reference_hi = copy.deepcopy(reference).to(reference_dtype)
+    dtypes = reference_output_dtypes(reference, pool[0])
 
     def refill(rep: int) -> None:
         scale = 1.0 + (rep % 17) / 64.0  # new contents every repetition, not just a rotation
@@ -70,13 +71,13 @@ def measure(task: Task, shape: str, candidate: torch.nn.Module, reference: torch
 
     def recheck(rep: int, output: Any) -> str | None:
         expected = reference_hi(*upcast(buffers, reference_dtype))
-        result = compare(output, expected, task.dtype, atol=tolerance[0], rtol=tolerance[1])
+        result = compare(output, expected, task.dtype, atol=tolerance[0], rtol=tolerance[1], dtypes=dtypes)
         return None if result.passed else f"repetition {rep}: {result.message or result.failed_check}"
 
     def crosscheck(rep: int, output: Any, eager: Any) -> str | None:
         # Against eager's output on the same buffers, at twice the tolerance (both sides carry their own
         # rounding): catches a skipped or stale call on every repetition, not just the re-checked ones.
-        result = compare(output, eager, task.dtype, atol=2 * tolerance[0], rtol=2 * tolerance[1])
+        result = compare(output, eager, task.dtype, atol=2 * tolerance[0], rtol=2 * tolerance[1], dtypes=dtypes)
         return None if result.passed else f"repetition {rep}, against eager: {result.message or result.failed_check}"
 
     subjects = [timing.Subject("candidate", candidate)]

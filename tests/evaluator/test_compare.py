@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from agentforge.evaluator.compare import compare, expected_dtype, same_result
+from agentforge.evaluator.compare import compare, expected_dtype, reference_output_dtypes, same_result
 
 
 def ref64(*values: float) -> torch.Tensor:
@@ -93,3 +93,36 @@ def test_same_result_is_bitwise() -> None:
     assert same_result(a, a.clone())
     assert not same_result(a, cand32(1.0 + 1e-7, float("nan")))
     assert not same_result((a,), (a, a))
+
+
+class _Loss(torch.nn.Module):
+    """A bf16 model whose output is fp32 on purpose, as a loss or router probabilities are."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(8, dtype=torch.bfloat16))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = x * self.weight
+        return y, y.float().pow(2).mean()
+
+
+def test_output_dtypes_come_from_the_task_precision_reference_on_meta():
+    model = _Loss()
+    x = torch.randn(4, 8, dtype=torch.bfloat16)
+    dtypes = reference_output_dtypes(model, [x])
+    assert dtypes == (torch.bfloat16, torch.float32)
+    assert model.weight.device.type == "cpu"  # the model itself is untouched
+    y, loss = model(x)
+    hi = (y.double(), loss.double())  # what the correctness stage compares against
+    assert compare((y, loss), hi, torch.bfloat16, atol=1e-2, rtol=1e-2, dtypes=dtypes).passed
+    wrong = compare((y, loss.bfloat16()), hi, torch.bfloat16, atol=1e-2, rtol=1e-2, dtypes=dtypes)
+    assert not wrong.passed and wrong.failed_check == "dtype"
+
+
+def test_output_dtypes_fall_back_when_the_reference_cannot_run_on_meta():
+    class Select(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x[torch.nonzero(x > 0, as_tuple=True)]
+
+    assert reference_output_dtypes(Select(), [torch.randn(5)]) is None
