@@ -16,10 +16,7 @@ DRAM traffic is h and W (plus W's L2 misses) and 12 bytes per (row, chunk), agai
 logit written and read back by the unfused reference. Ragged edges: rows past TOKENS are wrapped
 onto valid ones for the loads (never stored), K tails are zero-masked, vocabulary columns past
 VOCAB are wrapped for the loads and masked to -inf; offsets are int64. Output dtype: the losses are
-computed in fp32 and stored in the activations' dtype (bf16), which is what the evaluator expects of
-a half-precision task (its reference runs in fp32 and it asks for the task's dtype back), although
-the reference module itself returns fp32 from F.cross_entropy: the bf16 rounding (<= 0.03 on losses
-near 12) is well inside the task's tolerance (0.02 + 1% of the loss).
+computed and stored in fp32, as the reference module returns them from F.cross_entropy.
 """
 
 import math
@@ -141,7 +138,7 @@ class ModelNew(nn.Module):
         if w.stride(-1) != 1:
             w = w.contiguous()
         m, v = h2.shape[0], w.shape[0]
-        loss = torch.empty((m,), device=hidden.device, dtype=hidden.dtype)
+        loss = torch.empty((m,), device=hidden.device, dtype=torch.float32)
         if m == 0:
             return loss.reshape(targets.shape)
         n_vtiles = triton.cdiv(v, BLOCK_N)
