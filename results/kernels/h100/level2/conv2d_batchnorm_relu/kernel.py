@@ -1,24 +1,27 @@
 """H100 reference kernel for level2/conv2d_batchnorm_relu: relu(batch_norm(conv2d(x, w, padding=1))), 3x3,
 stride 1, NCHW fp32, BatchNorm on its running statistics (the task calls F.batch_norm with training=False,
-so the evaluator's training mode does not change it). The BatchNorm and the ReLU are the GEMM's epilogue.
+so the evaluator's training mode does not change it). The BatchNorm and the ReLU are folded into the GEMM.
 
 Implicit GEMM: M = N*H*W output pixels, N = C_out, K = 9*C_in. A prep kernel folds BatchNorm into a
-per-channel scale gamma / sqrt(var + eps) and shift beta - mean * scale, and a second one repacks the weight
-[C_out, C_in, 3, 3], multiplied by the scale, into [9, C_out, C_in] (tap-major, C_in contiguous, 0.6 MB at the
-default shape), so that each K step is one 3x3 tap and a BLOCK_K slice of input channels: the B tile is a
-dense, coalesced load and the A tile is x[n, ci, oh+kh-1, ow+kw-1], gathered straight from NCHW (coalesced
-along the pixel axis) with one row mask per tap for the zero padding; no im2col buffer is ever written. The K
-loop is one flat loop over (tap, channel slice) so Triton software-pipelines it (NUM_STAGES), and tl.dot runs
-on Hopper's tensor cores with 3xTF32 (each fp32 operand split into a tf32 head and tail, three tf32 products
-accumulated in fp32: about fp32 accuracy, needed by the 1e-4 tolerance, at several times the fp32 FMA rate;
-"ieee" is the exact CUDA-core fallback in TUNABLES). Programs are ordered in GROUP_M swizzled groups so the
-weight tile and the input rows stay in L2. The epilogue adds the shift and applies a NaN-preserving ReLU in
-registers, so the pre-activation never goes to memory (applying scale and shift in the epilogue instead
-spilled registers). DRAM traffic is about one read of x (the 3x3 halo and the other C_out tiles re-read it
-from L2) and one write of y. Tiles shrink for small C_in / C_out; every load and store is masked, so ragged
-pixel counts, channel counts that are not multiples of anything, and the image borders are all handled. The
-default 128x128x16 tile with 8 warps and 4 stages compiles for sm_90a to wgmma with cp.async pipelining, 64 KB
-of shared memory and 255 registers without spills (BLOCK_K 32 spills under 3xTF32's extra operand registers).
+per-channel scale gamma / sqrt(var + eps) and shift beta - mean * scale; a second one repacks the weight
+[C_out, C_in, 3, 3], multiplied by the scale, into [9, C_out, C_in] (tap-major, C_in contiguous), split into a
+tf32 head and its fp32 tail (two 0.6 MB arrays at the default shape), so that each K step is one 3x3 tap and a
+BLOCK_K slice of input channels: the two B tiles are dense, coalesced loads and the A tile is x[n, ci,
+oh+kh-1, ow+kw-1], gathered straight from NCHW (coalesced along the pixel axis) with one row mask per tap for
+the zero padding; no im2col buffer is ever written. The K loop is one flat loop over (tap, channel slice) so
+Triton software-pipelines it with cp.async (NUM_STAGES). The 1e-4 tolerance rules out plain TF32 (about 1e-3
+error here), so each step runs 3xTF32 on Hopper's tensor cores: the A tile is split into head and tail in
+registers, and tail*head, head*tail and head*head wgmma products go into the one fp32 accumulator (about fp32
+accuracy at several times the CUDA-core fp32 rate; Triton's own input_precision='tf32x3' keeps a second
+128x128 accumulator and spilled registers; DOT_PRECISION='ieee' is the exact CUDA-core fallback in TUNABLES).
+Programs are ordered in GROUP_M swizzled groups so the weight tiles and the input rows stay in L2. The
+epilogue adds the shift and applies a NaN-preserving ReLU in registers and stores straight into NCHW
+(coalesced along pixels), so the pre-activation never goes to memory. DRAM traffic is about one read of x (the
+3x3 halo and the other C_out tiles re-read it from L2) and one write of y. Tiles shrink for small C_in /
+C_out; every load and store is masked, so ragged pixel counts, channel counts that are not multiples of
+anything, and the image borders are all handled. The default 128x128x16 tile with 8 warps and 4 stages
+compiles for sm_90a to wgmma with cp.async, 88 KB of shared memory and about 180 registers without spills on
+every shape variant.
 """
 
 import torch
@@ -48,17 +51,26 @@ TUNABLES = {
 
 
 @triton.jit
-def _pack_weight_kernel(w_ptr, ss_ptr, wp_ptr, C_OUT, C_IN, TOTAL, BLOCK: tl.constexpr):
-    # wp[tap, co, ci] = w[co, ci, tap] * scale[co]
+def _tf32_round(v):
+    # v rounded to tf32 (10 mantissa bits, to nearest, ties away from zero), as cvt.rna.tf32.f32
+    bits = v.to(tl.uint32, bitcast=True)
+    return ((bits + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _pack_weight_kernel(w_ptr, ss_ptr, wp_ptr, C_OUT, C_IN, TOTAL, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
+    # with v = w[co, ci, tap] * scale[co]: wp[0, tap, co, ci] = head of v, wp[1, tap, co, ci] = its tail
+    # (SPLIT), else v and 0
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < TOTAL
     per_tap = C_OUT * C_IN
     tap = offs // per_tap
     rem = offs - tap * per_tap
     src = rem * 9 + tap  # (co * C_IN + ci) * 9 + tap
-    scale = tl.load(ss_ptr + rem // C_IN, mask=ok, other=0.0)
-    w = tl.load(w_ptr + src, mask=ok, other=0.0).to(tl.float32)
-    tl.store(wp_ptr + offs, w * scale, mask=ok)
+    w = tl.load(w_ptr + src, mask=ok, other=0.0).to(tl.float32) * tl.load(ss_ptr + rem // C_IN, mask=ok, other=0.0)
+    head = _tf32_round(w) if SPLIT else w
+    tl.store(wp_ptr + offs, head, mask=ok)
+    tl.store(wp_ptr + TOTAL + offs, w - head, mask=ok)
 
 
 @triton.jit
@@ -78,7 +90,7 @@ def _bn_fold_kernel(g_ptr, beta_ptr, mean_ptr, var_ptr, ss_ptr, C_OUT, eps, BLOC
 @triton.jit
 def _conv3x3_bn_relu_kernel(x_ptr, wp_ptr, ss_ptr, y_ptr, C_IN, H, W, C_OUT, M,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                    GROUP_M: tl.constexpr, PRECISION: tl.constexpr):
+                    GROUP_M: tl.constexpr, SPLIT: tl.constexpr):
     pid = tl.program_id(0)
     num_m = tl.cdiv(M, BLOCK_M)
     num_n = tl.cdiv(C_OUT, BLOCK_N)
@@ -95,7 +107,8 @@ def _conv3x3_bn_relu_kernel(x_ptr, wp_ptr, ss_ptr, y_ptr, C_IN, H, W, C_OUT, M,
     pix = offs_m - img * HW
     oh = pix // W
     ow = pix - oh * W
-    x_row = img.to(tl.int64) * C_IN * HW
+    a_base = x_ptr + (img.to(tl.int64) * C_IN * HW + pix)
+    w_total = 9 * C_OUT * C_IN
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < C_OUT
     offs_k = tl.arange(0, BLOCK_K)
@@ -110,11 +123,20 @@ def _conv3x3_bn_relu_kernel(x_ptr, wp_ptr, ss_ptr, y_ptr, C_IN, H, W, C_OUT, M,
         iw = ow + (tap - kh * 3 - 1)
         row_ok = m_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
         ci_ok = ci < C_IN
-        a_ptrs = x_ptr + (x_row + ih * W + iw)[:, None] + (ci * HW)[None, :]
+        a_ptrs = a_base[:, None] + ((kh - 1) * W + (tap - kh * 3 - 1) + ci * HW)[None, :]
         a = tl.load(a_ptrs, mask=row_ok[:, None] & ci_ok[None, :], other=0.0)
         b_ptrs = wp_ptr + tap * (C_OUT * C_IN) + offs_n[None, :] * C_IN + ci[:, None]
-        b = tl.load(b_ptrs, mask=ci_ok[:, None] & n_ok[None, :], other=0.0)
-        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        b_mask = ci_ok[:, None] & n_ok[None, :]
+        b_head = tl.load(b_ptrs, mask=b_mask, other=0.0)
+        if SPLIT:
+            # 3xTF32 into the one accumulator: tail products first, then head x head
+            b_tail = tl.load(b_ptrs + w_total, mask=b_mask, other=0.0)
+            a_head = _tf32_round(a)
+            acc = tl.dot(a - a_head, b_head, acc, input_precision="tf32")
+            acc = tl.dot(a_head, b_tail, acc, input_precision="tf32")
+            acc = tl.dot(a_head, b_head, acc, input_precision="tf32")
+        else:
+            acc = tl.dot(a, b_head, acc, input_precision="ieee")
 
     shift = tl.load(ss_ptr + C_OUT + offs_n, mask=n_ok, other=0.0)
     acc = acc + shift[None, :]
@@ -136,16 +158,17 @@ def conv3x3_bn_relu(x: torch.Tensor, weight: torch.Tensor, gamma: torch.Tensor, 
     ss = torch.empty((2, c_out), device=x.device, dtype=torch.float32)
     _bn_fold_kernel[(triton.cdiv(c_out, PREP_BLOCK),)](gamma.contiguous(), beta.contiguous(), mean.contiguous(),
                                                        var.contiguous(), ss, c_out, eps, BLOCK=PREP_BLOCK)
-    packed = torch.empty((9, c_out, c_in), device=x.device, dtype=x.dtype)
-    total = packed.numel()
-    _pack_weight_kernel[(triton.cdiv(total, PREP_BLOCK),)](weight, ss, packed, c_out, c_in, total,
+    split = DOT_PRECISION == "tf32x3"
+    packed = torch.empty((2, 9, c_out, c_in), device=x.device, dtype=torch.float32)
+    total = packed.numel() // 2
+    _pack_weight_kernel[(triton.cdiv(total, PREP_BLOCK),)](weight, ss, packed, c_out, c_in, total, SPLIT=split,
                                                            BLOCK=PREP_BLOCK)
     y = torch.empty((n, c_out, h, w), device=x.device, dtype=x.dtype)
     m = n * h * w
     bm, bn, bk = BLOCK_M, _tile(BLOCK_N, c_out), _tile(BLOCK_K, c_in)
     grid = (triton.cdiv(m, bm) * triton.cdiv(c_out, bn),)
     _conv3x3_bn_relu_kernel[grid](x, packed, ss, y, c_in, h, w, c_out, m,
-                                  BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GROUP_M, PRECISION=DOT_PRECISION,
+                                  BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GROUP_M, SPLIT=split,
                                   num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     return y
 
