@@ -53,15 +53,23 @@ def test_tunables_apply_and_every_variant_parses(kernel: ReferenceKernel):
     for params, source in variants:
         ast.parse(source)
         for name, value in params.items():
-            assert f"{name} = {value!r}" in source
+            assert _assigned(source, name) == value
     for name, values in kernel.tunables.items():
         for value in values:  # each declared value is substituted into the build (not just the Python)
             changed = apply_params(kernel.source, {name: value})
-            assert f"{name} = {value!r}" in changed
+            assert _assigned(changed, name) == value
         if kernel.backend == "triton":  # a launch argument (constexpr, num_warps, ...) reads it
             assert name in _names_read(kernel.source), f"{name} is never passed to a launch"
         else:  # an f-string puts it into the C++/CUDA source
             assert "{" + name + "}" in kernel.source, f"{name} never reaches the compiled source"
+
+
+def _assigned(source: str, name: str) -> object:
+    """The value of the module-level `name = <literal>` assignment (quotes and spacing aside)."""
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [name]:
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"no module-level assignment of {name}")
 
 
 def _names_read(source: str) -> set[str]:
