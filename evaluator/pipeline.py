@@ -35,7 +35,6 @@ from agentforge.evaluator.result import (
     EvalProvenance,
     EvalResult,
     Flag,
-    KernelResources,
     Stage,
     Status,
     TimingConfig,
@@ -44,7 +43,6 @@ from agentforge.evaluator.result import (
 from agentforge.evaluator.stage_correctness import (
     CorrectnessOutcome,
     CorrectnessSettings,
-    build_models,
     check_shape,
     reference_dtype_for,
 )
@@ -71,6 +69,7 @@ class Context:
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     flags: list[Flag] = field(default_factory=list)
     compile: CompileRecord | None = None
+
 
 def track_settings(job: EvalJob) -> tuple[TimingConfig, CorrectnessConfig]:
     if job.track == "kernelbench":
@@ -190,7 +189,7 @@ def _run(ctx: Context) -> EvalResult:
     if _rejecting(ctx):
         return _finish(ctx, Status.INTEGRITY_FLAG, correctness=outcome.records)
     if interpret:
-        dry_launch_notes = _dry_launch_other_shapes(task, loaded.model_cls, shapes, ctx.device, launch_log)
+        dry_launch_notes = triton_aot.dry_launch(task, loaded.model_cls, shapes, ctx.device, launch_log)
         return _interpreted_verdict(ctx, launch_log, outcome, dry_launch_notes)
     if not job.measure.timing:
         ctx.stage = Stage.DONE
@@ -220,33 +219,6 @@ def _run(ctx: Context) -> EvalResult:
                    profile=profile)
 
 
-DRY_LAUNCH_MAX_ELEMENTS = 1 << 29  # inputs and weights of a shape variant, allocated on the CPU
-
-
-def _dry_launch_other_shapes(task: Task, model_cls: type, checked: list[str], device: torch.device,
-                             launch_log: Any) -> list[str]:
-    """Run ModelNew's host code on the shape variants too large for the interpreter with its
-    launches recorded but not executed, so that the sm_90a compile also covers the tiles, stages
-    and specialisations a GPU would launch there (the headline shape above all). Outputs are
-    garbage and ignored; a host path that fails this way is noted, never a verdict."""
-    notes = []
-    for shape in [s for s in task.shapes if s not in checked]:
-        numel = task.input_numel(shape)
-        if numel is None or numel > DRY_LAUNCH_MAX_ELEMENTS:
-            notes.append(f"{shape}: not dry-launched ({numel} elements)")
-            continue
-        try:
-            with torch.no_grad(), triton_aot.capture(execute=False) as dry:
-                _, candidate = build_models(task, model_cls, shape, 0, device)
-                candidate(*task.make_inputs(1, shape, device))
-        except Exception as exc:
-            notes.append(f"{shape}: host code failed without kernel results ({type(exc).__name__}: {str(exc)[:200]})")
-            continue
-        for spec in dry.specs:
-            launch_log.add_spec(spec)
-    return notes
-
-
 def _interpreted_verdict(ctx: Context, launch_log: Any, outcome: CorrectnessOutcome,
                          notes: list[str]) -> EvalResult:
     """Correct in the interpreter: compile what was launched for the job's GPU arch, report its
@@ -262,7 +234,7 @@ def _interpreted_verdict(ctx: Context, launch_log: Any, outcome: CorrectnessOutc
     report = triton_aot.compile_launches(job.candidate_source, launch_log.specs, job.cuda_arch)
     log = "\n".join(k.get("ptxas_log") or k.get("error") or "" for k in report["kernels"]) or report.get("log", "")
     log = "\n".join([*notes, log])
-    resources = _aot_resources(report)
+    resources = triton_aot.kernel_resources(report)
     ctx.compile = replace(ctx.compile, ok=report["ok"], path="triton-interpreter", arch=job.cuda_arch,
                           seconds=round(ctx.compile.seconds + _perf_counter() - started, 3),
                           log_tail=log[-6000:], resources=resources)
@@ -273,21 +245,6 @@ def _interpreted_verdict(ctx: Context, launch_log: Any, outcome: CorrectnessOutc
                        error=ErrorRecord(type="TritonCompileError", message=f"for {job.cuda_arch}: {message}"))
     ctx.stage = Stage.DONE
     return _finish(ctx, Status.OK, correctness=outcome.records)
-
-
-def _aot_resources(report: dict[str, Any]) -> tuple:
-    from agentforge.evaluator.hardware.compile_report import parse_ptxas
-
-    found = []
-    for kernel in report["kernels"]:
-        if not kernel["ok"]:
-            continue
-        parsed = parse_ptxas(kernel.get("ptxas_log") or "")
-        for res in parsed or (KernelResources(name=kernel["name"]),):
-            # Triton's shared memory is dynamic: ptxas sees only the static part.
-            found.append(replace(res, name=kernel["name"], shared_bytes=max(res.shared_bytes or 0,
-                                                                             kernel.get("shared_bytes") or 0)))
-    return tuple(found)
 
 
 def _shapes(task: Task, job: EvalJob) -> list[str]:

@@ -12,6 +12,7 @@ and spills, exactly as for a CUDA kernel.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import inspect
 import json
@@ -169,6 +170,52 @@ def _specialise(value: Any) -> tuple[str, str | None]:
     if value == 1:
         return "constexpr", None
     return kind, "D" if value % 16 == 0 else ""
+
+
+# ----- dry launches: the shapes too large for the interpreter -----------------------------------
+DRY_LAUNCH_MAX_ELEMENTS = 1 << 29  # inputs and weights of a shape variant, allocated on the CPU
+
+
+def dry_launch(task: Any, model_cls: type, checked: list[str], device: Any, log: LaunchLog) -> list[str]:
+    """Run ModelNew's host code on the shape variants not checked in the interpreter with its
+    launches recorded into `log` but not executed, so that the compile also covers the tiles,
+    stages and specialisations a GPU would launch there (the headline shape above all). Outputs
+    are garbage and ignored; a host path that fails this way is noted, never a verdict."""
+    import torch
+    from agentforge.evaluator.stage_correctness import build_models
+
+    notes = []
+    for shape in [s for s in task.shapes if s not in checked]:
+        numel = task.input_numel(shape)
+        if numel is None or numel > DRY_LAUNCH_MAX_ELEMENTS:
+            notes.append(f"{shape}: not dry-launched ({numel} elements)")
+            continue
+        try:
+            with torch.no_grad(), capture(execute=False) as dry:
+                _, candidate = build_models(task, model_cls, shape, 0, device)
+                candidate(*task.make_inputs(1, shape, device))
+        except Exception as exc:
+            notes.append(f"{shape}: host code failed without kernel results ({type(exc).__name__}: {str(exc)[:200]})")
+            continue
+        for spec in dry.specs:
+            log.add_spec(spec)
+    return notes
+
+
+def kernel_resources(report: dict[str, Any]) -> tuple:
+    """The KernelResources of every kernel `compile_launches` built (ptxas's report)."""
+    from agentforge.evaluator.hardware.compile_report import parse_ptxas
+    from agentforge.evaluator.result import KernelResources
+
+    found = []
+    for kernel in report["kernels"]:
+        if not kernel["ok"]:
+            continue
+        for res in parse_ptxas(kernel.get("ptxas_log") or "") or (KernelResources(name=kernel["name"]),):
+            # Triton's shared memory is dynamic: ptxas sees only the static part.
+            shared = max(res.shared_bytes or 0, kernel.get("shared_bytes") or 0)
+            found.append(dataclasses.replace(res, name=kernel["name"], shared_bytes=shared))
+    return tuple(found)
 
 
 # ----- compiling, in a fresh process ---------------------------------------------------------
