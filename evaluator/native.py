@@ -136,8 +136,6 @@ def cached_load_inline(name: str, cpp_sources: Any = (), cuda_sources: Any = (),
                        with_cuda: Any = None, is_python_module: bool = True, with_pytorch_error_handling: bool = True,
                        keep_intermediates: bool = True, use_pch: bool = False, **kwargs: Any) -> Any:
     """torch's `load_inline` with a content-addressed build directory and a recorded log."""
-    from torch.utils import cpp_extension
-
     cpp = _as_list(cpp_sources)
     cuda = _as_list(cuda_sources)
     flags = [*(extra_cflags or []), "|", *(extra_cuda_cflags or []), "|", *(extra_ldflags or [])]
@@ -155,9 +153,10 @@ def cached_load_inline(name: str, cpp_sources: Any = (), cuda_sources: Any = (),
     event = BuildEvent("load_inline", name, False, 0.0, was_cached, sources={"cpp": "\n".join(cpp),
                        "cuda": "\n".join(cuda)}, flags=tuple(flags))
     BUILD_EVENTS.append(event)
+    captured = None
     try:
         with _captured_build_output() as captured:
-            module = cpp_extension.load_inline(
+            module = _torch_load_inline()(
                 unique_name, cpp_sources=cpp, cuda_sources=cuda or None, functions=functions,
                 extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
                 extra_include_paths=extra_include_paths, build_directory=str(target.folder),
@@ -167,11 +166,27 @@ def cached_load_inline(name: str, cpp_sources: Any = (), cuda_sources: Any = (),
             )
     except Exception as exc:
         event.seconds = time.perf_counter() - started
-        event.log = captured.text() + f"\n{type(exc).__name__}: {exc}"
+        event.log = (captured.text() if captured else "") + f"\n{type(exc).__name__}: {exc}"
         raise BuildError(f"load_inline failed to build {name}", event.log) from exc
     event.ok, event.seconds, event.log = True, time.perf_counter() - started, captured.text()
     (target.folder / "READY").write_text("ok\n")
     return module
+
+
+def _torch_load_inline() -> Any:
+    """torch's own `load_inline`, never the redirect installed over it (which would call itself)."""
+    from torch.utils import cpp_extension
+
+    global _TORCH_LOAD_INLINE
+    if _TORCH_LOAD_INLINE is None:
+        current = cpp_extension.load_inline
+        _TORCH_LOAD_INLINE = current if current is not cached_load_inline else None
+    if _TORCH_LOAD_INLINE is None:
+        raise RuntimeError("torch's load_inline is not known: the redirect was installed before it was saved")
+    return _TORCH_LOAD_INLINE
+
+
+_TORCH_LOAD_INLINE: Any = None
 
 
 def _as_list(sources: Any) -> list[str]:
@@ -221,6 +236,7 @@ def load_inline_redirected() -> Iterator[None]:
     through the cache. Restored afterwards, so the candidate cannot keep the swap."""
     from torch.utils import cpp_extension
 
+    _torch_load_inline()  # saved before the swap
     original = cpp_extension.load_inline
     cpp_extension.load_inline = cached_load_inline
     try:
