@@ -30,12 +30,16 @@ class Status(enum.StrEnum):
     INTEGRITY_FLAG = "integrity_flag"
     TIMEOUT = "timeout"
     CRASH = "crash"
+    # The task, not the candidate, failed: it did not import, or its inputs or reference raised,
+    # hung or ran out of memory on a requested shape. Nobody should "repair" the candidate for it.
+    TASK_ERROR = "task_error"
 
 
 class Stage(enum.StrEnum):
     """How far the evaluation got; the stage a failure is reported at."""
 
     SANDBOX = "sandbox"
+    TASK = "task"  # importing the task and running its reference, before any candidate code
     BUILD = "build"
     LOAD = "load"
     CORRECTNESS = "correctness"
