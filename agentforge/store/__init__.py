@@ -5,6 +5,6 @@ SQLite under `results/` by default; any SQLAlchemy URL (PostgreSQL for a team) b
 applies ordered, idempotent steps whenever a store is opened.
 """
 
-from agentforge.store.store import ResultsStore, StoredEvaluation, StoredRun
+from agentforge.store.store import ResultsStore, StoredEvaluation, StoredRun, StoreError, describe_error
 
-__all__ = ["ResultsStore", "StoredEvaluation", "StoredRun"]
+__all__ = ["ResultsStore", "StoreError", "StoredEvaluation", "StoredRun", "describe_error"]

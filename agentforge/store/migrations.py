@@ -7,9 +7,13 @@ bottom. Each step:
 
 - is frozen: it spells out the DDL of its own version (never `Base.metadata.create_all` of the
   current models, which move on), so a database created years ago upgrades the same way;
-- runs in one transaction together with the row that records it in `schema_version`
-  (PostgreSQL has transactional DDL; on SQLite a failed step leaves at worst an added column
+- runs in one transaction (with the other pending steps) together with the row that records it
+  in `schema_version` (PostgreSQL has transactional DDL; on SQLite a failed step leaves at worst an added column
   that the step's existence checks tolerate on retry);
+- runs under a database-wide lock (`BEGIN IMMEDIATE` on SQLite, a transaction-scoped advisory
+  lock on PostgreSQL), taken before the version is read: several processes opening a new
+  database at once (parallel `leaderboard eval`s) would otherwise all see version 0 and race
+  to create the same tables and version rows;
 - is idempotent: it checks what exists before creating or adding, so re-running after a crash
   is safe.
 
@@ -21,7 +25,8 @@ add a test that upgrades a database stopped at the previous version
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -134,33 +139,70 @@ _version_table = sa.Table(
 
 def current_version(engine: Engine) -> int:
     """The highest applied step; 0 for an empty database."""
-    if not sa.inspect(engine).has_table("schema_version"):
-        return 0
     with engine.connect() as conn:
-        found = conn.execute(sa.select(sa.func.max(_version_table.c.version))).scalar()
+        return _version_on(conn)
+
+
+def _version_on(conn: Connection) -> int:
+    if not sa.inspect(conn).has_table("schema_version"):
+        return 0
+    found = conn.execute(sa.select(sa.func.max(_version_table.c.version))).scalar()
     return int(found or 0)
+
+
+class SchemaTooNew(RuntimeError):
+    """The database was written by a newer agentforge."""
+
+
+def _check_not_newer(have: int) -> None:
+    if have > LATEST:
+        raise SchemaTooNew(
+            f"the results store is at schema version {have}, newer than this agentforge "
+            f"({LATEST}); upgrade agentforge"
+        )
+
+
+# Any constant: the key of PostgreSQL's advisory lock that serialises migrations of one database.
+_PG_LOCK_KEY = 0x61_67_66_6F_72_67_65
+
+
+@contextmanager
+def _migration_lock(engine: Engine) -> Iterator[Connection]:
+    """One transaction that holds the database-wide migration lock until it commits."""
+    with engine.connect() as conn:
+        if engine.dialect.name == "sqlite":
+            conn.exec_driver_sql("BEGIN IMMEDIATE")  # the write lock now, not at the first write
+        elif engine.dialect.name == "postgresql":
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
+        try:
+            yield conn
+        except BaseException:
+            conn.rollback()
+            raise
+        conn.commit()
 
 
 def migrate(engine: Engine, target: int = LATEST) -> list[int]:
     """Apply every step above the database's version up to `target`; returns the applied ones.
 
-    Raises RuntimeError for a database newer than this code (an older agentforge must not
-    write into a schema it does not know).
+    Safe to call from several processes at once: one applies the steps, the others wait for
+    its lock, then find nothing to do. Raises SchemaTooNew (a RuntimeError) for a database
+    newer than this code (an older agentforge must not write into a schema it does not know).
     """
-    _version_table.metadata.create_all(engine, checkfirst=True)
-    have = current_version(engine)
-    if have > LATEST:
-        raise RuntimeError(
-            f"the results store is at schema version {have}, newer than this agentforge "
-            f"({LATEST}); upgrade agentforge"
-        )
+    have = current_version(engine)  # the common case, an up-to-date store, takes no write lock
+    _check_not_newer(have)
+    if have >= target:
+        return []
     applied = []
-    for step in MIGRATIONS:
-        if have < step.version <= target:
-            with engine.begin() as conn:
+    with _migration_lock(engine) as conn:
+        _version_table.metadata.create_all(conn, checkfirst=True)
+        have = _version_on(conn)  # again, under the lock: another process may have migrated
+        _check_not_newer(have)
+        for step in MIGRATIONS:
+            if have < step.version <= target:
                 step.apply(conn)
                 conn.execute(sa.insert(_version_table).values(
                     version=step.version, description=step.description, applied_at=datetime.now(UTC),
                 ))
-            applied.append(step.version)
+                applied.append(step.version)
     return applied

@@ -15,12 +15,37 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from agentforge.evaluator.result import EvalResult
-from agentforge.store.migrations import current_version, migrate
+from agentforge.store.migrations import SchemaTooNew, current_version, migrate
 from agentforge.store.models import Entry, Evaluation, Run, SuiteTask
+
+_SQLITE_DAMAGED = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
+URL_HINT = "set --results-url or AGENTFORGE_RESULTS_URL (e.g. sqlite:///results/agentforge.db)"
+
+
+class StoreError(RuntimeError):
+    """The results store cannot be opened or read; the message says which store and what to do."""
+
+
+def describe_error(exc: BaseException, url: str) -> str:
+    """One line for a database failure: the driver's own words, without SQLAlchemy's SQL dump."""
+    reason = str(exc.orig) if isinstance(exc, DBAPIError) and exc.orig is not None else str(exc)
+    reason = reason.strip().splitlines()[0] if reason.strip() else type(exc).__name__
+    code = getattr(getattr(exc, "orig", None), "sqlite_errorcode", None)
+    if code in _SQLITE_DAMAGED:
+        return (f"the results store {_safe(url)} is damaged or not a database ({reason}); move the file "
+                f"away to start a new store, or {URL_HINT}")
+    return f"the results store {_safe(url)} failed: {reason}; check it is reachable, or {URL_HINT}"
+
+
+def _safe(url: str) -> str:
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return repr(url)
 
 
 @dataclass(frozen=True)
@@ -76,11 +101,27 @@ class ResultsStore:
     """The leaderboard's database. `ResultsStore(url)` opens it and applies pending migrations."""
 
     def __init__(self, url: str, *, base_dir: Path | None = None, echo: bool = False):
-        self.url = _resolve_sqlite_path(url, base_dir)
-        self.engine = sa.create_engine(self.url, echo=echo, future=True)
+        """Raises StoreError (one line: which store, why, what to set) when `url` cannot be
+        parsed, its driver is missing, or the database cannot be opened and migrated."""
+        try:
+            self.url = _resolve_sqlite_path(url, base_dir)
+            self.engine = sa.create_engine(self.url, echo=echo, future=True)
+        except (ArgumentError, NoSuchModuleError, ValueError) as exc:
+            raise StoreError(f"results_url {url!r} is not a database URL this install can open ({exc}); "
+                             f"{URL_HINT}") from exc
+        except ImportError as exc:
+            raise StoreError(f"results_url {_safe(url)} needs a database driver that is not installed "
+                             f"({exc}); install it, or {URL_HINT}") from exc
         if self.engine.dialect.name == "sqlite":
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
-        migrate(self.engine)
+        try:
+            migrate(self.engine)
+        except SchemaTooNew as exc:
+            self.engine.dispose()
+            raise StoreError(str(exc)) from exc
+        except (SQLAlchemyError, OSError) as exc:
+            self.engine.dispose()
+            raise StoreError(describe_error(exc, self.url)) from exc
         self._session = sessionmaker(self.engine, expire_on_commit=False)
 
     # ----- lifecycle ------------------------------------------------------------------------
@@ -279,4 +320,4 @@ def session_for(store: ResultsStore) -> Session:
     return store._session()
 
 
-__all__: Sequence[str] = ("ResultsStore", "StoredEntry", "StoredEvaluation", "StoredRun", "session_for")
+__all__: Sequence[str] = ("ResultsStore", "StoreError", "StoredEntry", "StoredEvaluation", "StoredRun", "session_for")
