@@ -10,6 +10,7 @@ variables (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 import typing
@@ -24,6 +25,8 @@ class SettingsError(ValueError):
 
 
 def _s(default: Any, help: str, **kw: Any) -> Any:
+    """A setting: its default, its help text, and its bounds (`gt`, `ge`, `le`: numbers must lie
+    within them; every float must be finite) or `choices`."""
     if isinstance(default, list | dict):
         return field(default_factory=lambda: type(default)(default), metadata={"help": help, **kw})
     return field(default=default, metadata={"help": help, **kw})
@@ -31,48 +34,55 @@ def _s(default: Any, help: str, **kw: Any) -> Any:
 
 @dataclass
 class ProviderSettings:
-    name: str = _s("auto", "LLM provider: openai, anthropic, library, or auto (a configured key, else library)")
+    name: str = _s("auto", "LLM provider: openai, anthropic, library, or auto (a configured key, else library)",
+                   choices=("auto", "openai", "anthropic", "library"))
     model: str | None = _s(None, "coder model (provider default when unset)")
     judge_model: str | None = _s(None, "judge model (the coder's model when unset)")
     base_url: str | None = _s(None, "base URL of an OpenAI-compatible server (vLLM, SGLang, Ollama, ...)")
     api_key: str | None = _s(None, "API key (else OPENAI_API_KEY / ANTHROPIC_API_KEY)", secret=True)
     price_table: str | None = _s(None, "TOML file overriding per-model prices in USD per million tokens")
-    max_retries: int = _s(5, "retries on rate limits and server errors, with exponential backoff")
-    timeout_s: float = _s(300.0, "per-request timeout in seconds")
-    temperature: float = _s(0.2, "sampling temperature of the coder")
-    max_tokens: int = _s(8192, "maximum tokens of one reply")
+    max_retries: int = _s(5, "retries on rate limits and server errors, with exponential backoff", ge=0)
+    timeout_s: float = _s(300.0, "per-request timeout in seconds", gt=0)
+    temperature: float = _s(0.2, "sampling temperature of the coder", ge=0)
+    max_tokens: int = _s(8192, "maximum tokens of one reply", ge=1)
 
 
 @dataclass
 class EvalSettings:
-    backend: str = _s("auto", "kernel backend: cuda, triton, cpu, or auto (cuda with a GPU, else cpu)")
+    backend: str = _s("auto", "kernel backend: cuda, triton, cpu, or auto (cuda with a GPU, else cpu)",
+                      choices=("auto", "cuda", "triton", "cpu"))
     device: str = _s("auto", "device to evaluate on: cpu, cuda, cuda:N, or auto")
-    track: str = _s("hardened", "evaluation track: hardened, or kernelbench (its published settings)")
+    track: str = _s("hardened", "evaluation track: hardened, or kernelbench (its published settings)",
+                    choices=("hardened", "kernelbench"))
     cuda_arch: str = _s("sm_90a", "CUDA architecture for compile-only verdicts without a GPU")
     profile: bool = _s(True, "profile correct candidates with Nsight Compute when available")
 
 
 @dataclass
 class SandboxSettings:
-    kind: str = _s("process", "where evaluations run: process, docker, or ray")
-    timeout_s: float = _s(600.0, "wall-clock limit of one evaluation")
-    memory_gb: float = _s(16.0, "address-space limit of the evaluation child in GiB")
-    cpu_seconds: int = _s(1800, "CPU-time limit of the evaluation child")
-    isolation: str = _s("auto", "filesystem/network isolation: auto, bwrap, unshare, or none")
+    kind: str = _s("process", "where evaluations run: process, docker, or ray", choices=("process", "docker", "ray"))
+    timeout_s: float = _s(600.0, "wall-clock limit of one evaluation in seconds", gt=0)
+    memory_gb: float = _s(16.0, "memory limit of the evaluation child in GiB", gt=0)
+    cpu_seconds: int = _s(1800, "CPU-time limit of the evaluation child", ge=1)
+    isolation: str = _s("auto", "filesystem/network isolation: auto (bwrap, else unshare; as root without either "
+                        "it refuses), bwrap, unshare, or none (no isolation: only when asked for)",
+                        choices=("auto", "bwrap", "unshare", "none"))
+    disk_gb: float = _s(2.0, "total disk use of one evaluation (its work folder, /tmp and /dev/shm) in GiB",
+                        gt=0)
     docker_image: str = _s("agentforge-eval:latest", "image for the docker sandbox")
-    workers: int = _s(1, "parallel evaluation workers (one per GPU on CUDA)")
+    workers: int = _s(1, "parallel evaluation workers (one per GPU on CUDA)", ge=1)
     ray_address: str | None = _s(None, "Ray cluster address, or 'auto'")
 
 
 @dataclass
 class AgentSettings:
-    max_rounds: int = _s(10, "maximum coder/judge rounds")
-    max_cost_usd: float = _s(5.0, "stop when the run's LLM cost reaches this")
-    max_minutes: float = _s(60.0, "stop after this many minutes of wall time")
-    plateau_rounds: int = _s(4, "stop after this many rounds without improvement")
-    sol_stop: float = _s(0.95, "stop when the best kernel reaches this fraction of speed of light")
-    max_failed_repairs: int = _s(3, "revert to the best correct kernel after this many failed repairs")
-    slower_revert_ratio: float = _s(1.5, "a candidate this much slower than the best is not kept as base")
+    max_rounds: int = _s(10, "maximum coder/judge rounds", ge=1)
+    max_cost_usd: float = _s(5.0, "stop when the run's LLM cost reaches this", ge=0)
+    max_minutes: float = _s(60.0, "stop after this many minutes of wall time", gt=0)
+    plateau_rounds: int = _s(4, "stop after this many rounds without improvement", ge=1)
+    sol_stop: float = _s(0.95, "stop when the best kernel reaches this fraction of speed of light", gt=0)
+    max_failed_repairs: int = _s(3, "revert to the best correct kernel after this many failed repairs", ge=0)
+    slower_revert_ratio: float = _s(1.5, "a candidate this much slower than the best is not kept as base", gt=0)
 
 
 @dataclass
@@ -87,14 +97,11 @@ class Settings:
     agent: AgentSettings = field(default_factory=AgentSettings)
 
     def validate(self) -> Settings:
-        _choice("provider.name", self.provider.name, ("auto", "openai", "anthropic", "library"))
-        _choice("eval.backend", self.eval.backend, ("auto", "cuda", "triton", "cpu"))
-        _choice("eval.track", self.eval.track, ("hardened", "kernelbench"))
-        _choice("sandbox.kind", self.sandbox.kind, ("process", "docker", "ray"))
-        _choice("sandbox.isolation", self.sandbox.isolation, ("auto", "bwrap", "unshare", "none"))
-        for name, value in (("agent.max_rounds", self.agent.max_rounds), ("sandbox.workers", self.sandbox.workers)):
-            if value < 1:
-                raise SettingsError(f"{name} must be >= 1 (got {value}); set --{name.split('.')[-1]}")
+        """Every value within its bounds; the message names the setting and how to set it."""
+        for dotted, value, f in _walk(self):
+            problem = _problem(f, value)
+            if problem:
+                raise SettingsError(f"{dotted} {problem}; {_how_to_set(dotted, None)}")
         return self
 
 
@@ -111,16 +118,28 @@ def load_settings(
     ignored so that unset CLI options fall through to the next source."""
     env = os.environ if env is None else env
     settings = Settings()
-    path = Path(file) if file else Path(env.get("AGENTFORGE_CONFIG", DEFAULT_FILE))
+    named = file or env.get("AGENTFORGE_CONFIG")
+    path = Path(named) if named else Path(DEFAULT_FILE)
     if path.is_file():
-        with path.open("rb") as fh:
-            _apply(settings, _flatten(tomllib.load(fh)), source=str(path))
-    elif file:
-        raise SettingsError(f"settings file {file} does not exist")
+        _apply(settings, _flatten(_read_toml(path)), source=str(path))
+    elif named:
+        how = "--config" if file else "AGENTFORGE_CONFIG"
+        raise SettingsError(f"settings file {named} (from {how}) does not exist; fix {how} or create the file")
     _apply(settings, _from_env(env), source="environment")
     _apply(settings, {k: v for k, v in (flags or {}).items() if v is not None}, source="flag")
     _fill_api_key(settings, env)
     return settings.validate()
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"settings file {path} is not valid TOML ({exc}); fix it, or point --config "
+                            "or AGENTFORGE_CONFIG at another file") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"settings file {path} cannot be read ({exc})") from exc
 
 
 def describe(key: str) -> str:
@@ -177,23 +196,89 @@ def _apply(settings: Settings, values: Mapping[str, Any], source: str) -> None:
         obj: Any = settings
         for section in sections:
             if section not in SECTIONS or len(sections) > 1:
-                raise SettingsError(f"unknown setting {dotted!r} from {source}")
+                raise SettingsError(f"unknown setting {dotted!r} from {_source_text(source)}; "
+                                    f"sections are {', '.join(SECTIONS)}")
             obj = getattr(obj, section)
         hints = typing.get_type_hints(type(obj))
         if name not in hints or name in SECTIONS:
-            raise SettingsError(f"unknown setting {dotted!r} from {source}; known: {_known(obj)}")
-        setattr(obj, name, _coerce(hints[name], raw, dotted, source))
+            raise SettingsError(f"unknown setting {dotted!r} from {_source_text(source)}; known: {_known(obj)}")
+        value = _coerce(hints[name], raw, dotted, source)
+        problem = _problem(next(f for f in dataclasses.fields(obj) if f.name == name), value)
+        if problem:
+            raise SettingsError(f"{dotted} from {_source_text(source)} {problem}; {_how_to_set(dotted, source)}")
+        setattr(obj, name, value)
 
 
 def _known(obj: Any) -> str:
     return ", ".join(f.name for f in dataclasses.fields(obj) if f.name not in SECTIONS)
 
 
+def _walk(settings: Settings) -> list[tuple[str, Any, dataclasses.Field[Any]]]:
+    """(dotted name, value, field) of every setting."""
+    found = []
+    for f in dataclasses.fields(settings):
+        if f.name in SECTIONS:
+            section = getattr(settings, f.name)
+            found += [(f"{f.name}.{g.name}", getattr(section, g.name), g) for g in dataclasses.fields(section)]
+        else:
+            found.append((f.name, getattr(settings, f.name), f))
+    return found
+
+
+def _problem(f: dataclasses.Field[Any], value: Any) -> str | None:
+    """What is wrong with `value` for setting `f`, or None."""
+    meta = f.metadata
+    if value is None:
+        return None
+    if "choices" in meta and value not in meta["choices"]:
+        return f"is {value!r}; choose one of: {', '.join(meta['choices'])}"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"is {value!r}; it must be a finite number"
+    for key, ok, words in (("gt", lambda v, b: v > b, "greater than"), ("ge", lambda v, b: v >= b, "at least"),
+                           ("le", lambda v, b: v <= b, "at most")):
+        if key in meta and not ok(value, meta[key]):
+            return f"is {value!r}; it must be {words} {meta[key]:g}"
+    return None
+
+
+def _source_text(source: str) -> str:
+    return {"environment": "the environment", "flag": "the command line"}.get(source, source)
+
+
+def _how_to_set(dotted: str, source: str | None) -> str:
+    """Where to fix a setting, for the source that gave the bad value (None: any source)."""
+    var = "AGENTFORGE_" + dotted.replace(".", "_").upper()
+    *section, name = dotted.split(".")
+    in_file = f"{name} under [{section[0]}]" if section else name
+    if source == "environment":
+        return f"set {var} to a valid value or unset it"
+    if source == "flag":
+        return f"give --{name.replace('_', '-')} a valid value"
+    if source is not None:
+        return f"fix {in_file} in {source}"
+    return f"set {var}, or {in_file} in {DEFAULT_FILE}"
+
+
+_TYPE_WORDS = {int: "a whole number", float: "a number", str: "a string", bool: "true or false"}
+
+
 def _coerce(hint: Any, raw: Any, dotted: str, source: str) -> Any:
+    """`raw` as the setting's type: strings (environment, flags) are parsed; TOML values must
+    already have the right type (an int is accepted where a float is wanted)."""
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     target = args[0] if args else hint
-    if raw is None or not isinstance(raw, str):
-        return raw
+    if raw is None:
+        return None
+    wrong = SettingsError(f"{dotted} from {_source_text(source)} is {raw!r}, not {_TYPE_WORDS.get(target, target)}; "
+                          f"{_how_to_set(dotted, source)}")
+    if not isinstance(raw, str):
+        if target is float and isinstance(raw, int | float) and not isinstance(raw, bool):
+            return float(raw)
+        if isinstance(raw, target) and (target is bool or not isinstance(raw, bool)):
+            return raw
+        raise wrong
     try:
         if target is bool:
             if raw.lower() in ("1", "true", "yes", "on"):
@@ -201,11 +286,6 @@ def _coerce(hint: Any, raw: Any, dotted: str, source: str) -> Any:
             if raw.lower() in ("0", "false", "no", "off"):
                 return False
             raise ValueError(raw)
-        return target(raw) if target in (int, float, str) else raw
+        return target(raw.strip()) if target in (int, float) else raw
     except ValueError as exc:
-        raise SettingsError(f"{dotted} from {source}: {raw!r} is not a valid {target.__name__}") from exc
-
-
-def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise SettingsError(f"{name} is {value!r}; choose one of: {', '.join(choices)}")
+        raise wrong from exc

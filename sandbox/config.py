@@ -7,6 +7,7 @@ down explicitly; nothing here reads the environment. Each field is documented on
 from __future__ import annotations
 
 import dataclasses
+import math
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,7 @@ class SandboxConfig:
     memory_gb: float = 16.0  # RLIMIT_AS on CPU jobs; resident-set watchdog on every job
     cpu_seconds: int = 1800  # RLIMIT_CPU: SIGXCPU at the soft limit, SIGKILL one second later
     file_size_mb: int = 512  # RLIMIT_FSIZE: a larger write gets SIGXFSZ / EFBIG
+    disk_gb: float = 2.0  # total bytes of the job's workdir, private /tmp and /dev/shm (watchdog)
     max_processes: int = 256  # RLIMIT_NPROC headroom above what the sandbox uid already runs
     isolation: str = "auto"  # auto: bwrap if it works here, else unshare if it works, else none
     workdir_root: str = field(default_factory=_default_workdir_root)  # a fresh workdir per job below
@@ -69,9 +71,10 @@ class SandboxConfig:
             )
         if ":" not in self.entry:
             raise ValueError(f"sandbox entry must be 'module:function', got {self.entry!r}")
-        for name in ("timeout_s", "memory_gb", "cpu_seconds", "file_size_mb", "max_processes"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"sandbox {name} must be > 0 (got {getattr(self, name)})")
+        for name in ("timeout_s", "memory_gb", "cpu_seconds", "file_size_mb", "max_processes", "disk_gb"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):  # NaN compares false: it would disable the limit
+                raise ValueError(f"sandbox {name} must be > 0 and finite (got {value})")
 
     def replace(self, **changes: Any) -> SandboxConfig:
         return dataclasses.replace(self, **changes)
@@ -86,6 +89,7 @@ def from_settings(settings: SandboxSettings, cache_dir: str) -> SandboxConfig:
         timeout_s=float(settings.timeout_s),
         memory_gb=float(settings.memory_gb),
         cpu_seconds=int(settings.cpu_seconds),
+        disk_gb=float(settings.disk_gb),
         isolation=settings.isolation,
         cache_dir=str(Path(cache_dir).expanduser()),
         kind=settings.kind,
