@@ -2,13 +2,15 @@
 
 Each job lives in its own module under `agentforge/cli/` and exposes `register(app)`. Command
 modules import only typer at the top; heavy imports happen inside the commands so that
-`agentforge --help` is instant.
+`agentforge --help` is instant. `main()` runs the app through `errors.run_guarded`: every failure
+ends as one line on stderr and a non-zero exit (`--debug` adds the traceback).
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 
 import typer
 
@@ -32,8 +34,19 @@ def _register_all() -> None:
         importlib.import_module(module_name).register(app)
 
 
+@app.callback()
+def _options(
+    debug: bool = typer.Option(False, "--debug", help="show the traceback of a failure (also AGENTFORGE_DEBUG=1)"),
+) -> None:
+    """Make GPU code faster with LLM agents, and prove it."""
+
+
 _register_all()
 
 
-def main() -> None:
-    app()
+def main(argv: list[str] | None = None) -> None:
+    from agentforge.cli import errors
+
+    args, debug = errors.strip_debug(sys.argv[1:] if argv is None else list(argv))
+    errors.install_signal_handlers()
+    errors.finish(errors.run_guarded(lambda: app(args=args, prog_name="agentforge"), debug=debug))

@@ -24,5 +24,14 @@ def build_settings(config: str | None = None, **flags: Any):
     try:
         return load_settings(flags=dotted, file=config)
     except SettingsError as exc:
-        err_console.print(f"[red]settings:[/red] {exc}")
+        say_error(f"settings: {exc}")
         raise typer.Exit(2) from exc
+
+
+def say_error(message: str) -> None:
+    """`error: MESSAGE` as one line on stderr: never wrapped, and brackets in it (`[agent]`) are
+    text, not rich markup."""
+    from rich.text import Text
+
+    err_console.print(Text("error: ", style="red") + Text(" ".join(message.split())), soft_wrap=True,
+                      highlight=False)

@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from agentforge.cli.common import build_settings, console, err_console
+from agentforge.cli.common import build_settings, console, err_console, say_error
 
 SUITE_HELP = "tasks | tasks:level1,level2 | level1 | kernelbench:PATH[:level1] | a .toml list of tasks"
 HOLDOUT_HELP = ("TOML file with the secret seed and shapes of a ranked run (keep it where candidates "
@@ -16,6 +16,9 @@ TRACK_HELP = "evaluation track(s): hardened, kernelbench (repeat the option for 
 RAY_HELP = "run evaluations on Ray: 'auto' joins the running cluster, or give an address; 'local' starts one"
 CONFIG_HELP = "settings file (default agentforge.toml)"
 URL_HELP = "SQLAlchemy URL of the results store (default sqlite:///results/agentforge.db)"
+ISOLATION_HELP = ("sandbox isolation: auto (bwrap, else unshare; refuses as root without either), bwrap, "
+                  "unshare, or none (no filesystem/network isolation: only when you mean it)")
+AGAIN_HINT = "run the same command again (stored evaluations are kept and skipped)"
 
 
 def register(app: typer.Typer) -> None:
@@ -39,15 +42,19 @@ def run_cmd(
     compile_baseline: bool = typer.Option(True, "--compile-baseline/--no-compile-baseline",
                                           help="also time torch.compile when ranking (slow to build)"),
     results_url: str | None = typer.Option(None, "--results-url", help=URL_HELP),
+    isolation: str | None = typer.Option(None, "--isolation", help=ISOLATION_HELP),
     config: str | None = typer.Option(None, "--config", help=CONFIG_HELP),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bars"),
 ) -> None:
     """One optimisation run per task of SUITE, in parallel; each task's best kernel is then
     ranked on the tracks. Finished tasks are skipped when the same run is started again."""
+    from agentforge.cli import errors
     from agentforge.leaderboard.runner import run_suite
 
     settings = build_settings(config, results_url=results_url, provider__name=provider, provider__model=model,
-                              sandbox__workers=workers, sandbox__ray_address=_ray_address(ray))
+                              sandbox__workers=workers, sandbox__ray_address=_ray_address(ray),
+                              sandbox__isolation=isolation)
+    errors.set_resume_hint(AGAIN_HINT.replace("stored evaluations", "finished tasks and stored evaluations"))
     entry = name or f"{settings.provider.name}/{settings.provider.model or 'default'}"
     suite_obj, held, options, store, executor = _prepare(settings, suite, holdout, track, ray,
                                                          compile_baseline=compile_baseline)
@@ -73,15 +80,19 @@ def eval_cmd(
     compile_baseline: bool = typer.Option(True, "--compile-baseline/--no-compile-baseline",
                                           help="also time torch.compile (slow to build; needed for vs-compile)"),
     results_url: str | None = typer.Option(None, "--results-url", help=URL_HELP),
+    isolation: str | None = typer.Option(None, "--isolation", help=ISOLATION_HELP),
     config: str | None = typer.Option(None, "--config", help=CONFIG_HELP),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bars"),
 ) -> None:
     """Score kernels produced elsewhere (level_L_problem_P_sample_S_kernel.py, or
     levelL/PROBLEM/sample_S/kernel.py) on the hardened and KernelBench-compatible tracks."""
+    from agentforge.cli import errors
     from agentforge.leaderboard.runner import eval_kernels
 
     settings = build_settings(config, results_url=results_url, sandbox__workers=workers,
-                              sandbox__ray_address=_ray_address(ray), eval__backend=backend, eval__device=device)
+                              sandbox__ray_address=_ray_address(ray), eval__backend=backend, eval__device=device,
+                              sandbox__isolation=isolation)
+    errors.set_resume_hint(AGAIN_HINT)
     entry = name or kernels_dir.resolve().name
     suite_obj, held, options, store, executor = _prepare(settings, suite, holdout, track, ray,
                                                          compile_baseline=compile_baseline)
@@ -90,9 +101,13 @@ def eval_cmd(
             report = eval_kernels(suite_obj, kernels_dir, store=store, entry=entry, options=options,
                                   executor=executor, holdout=held, progress=progress)
         except FileNotFoundError as exc:
-            err_console.print(f"[red]error:[/red] {exc}")
+            say_error(str(exc))
             raise typer.Exit(2) from exc
         _summary(report, entry)
+        if report.planned == 0:
+            say_error(f"no kernel file in {kernels_dir} matches a task of suite {suite_obj.name} (expected "
+                      "level_L_problem_P_sample_S_kernel.py or levelL/PROBLEM/sample_S/kernel.py)")
+            raise typer.Exit(2)
         _print_standings(store, suite_obj.name, None)
 
 
@@ -105,10 +120,16 @@ def show_cmd(
     """The standings, one sorted table per suite and track."""
     from agentforge.store import ResultsStore
 
+    _check_track(track)
     settings = build_settings(config, results_url=results_url)
     with ResultsStore(settings.results_url) as store:
-        if not _print_standings(store, _stored_suite(store, suite, settings), track):
-            err_console.print("no leaderboard results yet (run `agentforge leaderboard eval` or `run`)")
+        chosen = _stored_suite(store, suite, settings)
+        if not _print_standings(store, chosen, track):
+            known = store.suites()
+            if chosen is not None and known and chosen not in known:
+                say_error(f"no results for suite {chosen!r}; the store holds: {', '.join(known)}")
+            else:
+                err_console.print("no leaderboard results yet (run `agentforge leaderboard eval` or `run`)")
             raise typer.Exit(1)
 
 
@@ -126,8 +147,9 @@ def report_cmd(
     from agentforge.store import ResultsStore
 
     if fmt not in FORMATS:
-        err_console.print(f"[red]error:[/red] --format must be one of {', '.join(FORMATS)}")
+        say_error(f"--format must be one of {', '.join(FORMATS)}")
         raise typer.Exit(2)
+    _check_track(track)
     settings = build_settings(config, results_url=results_url)
     with ResultsStore(settings.results_url) as store:
         found = standings(store, suite=_stored_suite(store, suite, settings), track=track)
@@ -138,6 +160,14 @@ def report_cmd(
 
 
 # ----- shared -----------------------------------------------------------------------------
+def _check_track(track: str | None) -> None:
+    from agentforge.evaluator.result import TRACKS
+
+    if track is not None and track not in TRACKS:
+        say_error(f"unknown track {track!r}; choose one of: {', '.join(TRACKS)}")
+        raise typer.Exit(2)
+
+
 def _stored_suite(store: Any, spec: str | None, settings: Any) -> str | None:
     """The stored name for a suite given as stored (`tasks:level1`) or as a spec (`level1`)."""
     if spec is None or spec in store.suites():
@@ -171,13 +201,13 @@ def _prepare(
     chosen = tuple(tracks or TRACKS)
     unknown = [t for t in chosen if t not in TRACKS]
     if unknown:
-        err_console.print(f"[red]error:[/red] unknown track(s) {unknown}; choose from {', '.join(TRACKS)}")
+        say_error(f"unknown track(s) {', '.join(unknown)}; choose from: {', '.join(TRACKS)}")
         raise typer.Exit(2)
     try:
         suite_obj = load_suite(suite, Path(settings.tasks_root) if settings.tasks_root else default_tasks_root())
         held = load_holdout(holdout)
     except SuiteError as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
+        say_error(str(exc))
         raise typer.Exit(2) from exc
     device = settings.eval.device
     if device == "auto":
@@ -240,8 +270,13 @@ def outcome_from_summary(summary: Any, minutes: float):
 
 
 def _summary(report: Any, entry: str) -> None:
-    console.print(f"[bold]{entry}[/bold]: {report.planned} jobs, {report.skipped} already stored, "
-                  f"{report.stored} stored now")
+    from rich.markup import escape
+
+    line = (f"[bold]{escape(entry)}[/bold]: {report.planned} jobs, {report.skipped} already stored, "
+            f"{report.stored} stored now")
+    if report.stored_elsewhere:
+        line += f", {report.stored_elsewhere} evaluated but stored first by another run on the same store"
+    console.print(line, soft_wrap=True)
     for path in report.unmatched:
         err_console.print(f"[yellow]skipped[/yellow] {path}: no such problem in the suite", soft_wrap=True)
 

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from agentforge.cli.common import build_settings, console, err_console
+from agentforge.cli.common import build_settings, console, err_console, say_error
 from agentforge.settings import describe
 
 QUICK_TIMING = {"max_reps": 40, "time_cap_s": 1.0}
@@ -41,6 +41,7 @@ def optimize_command(
     quick: Annotated[bool, typer.Option(help="fewer timed repetitions (max 40, 1 s per subject): for demos; "
                                              "re-measure the result with `agentforge eval`")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="no live view; print exactly one JSON object")] = False,
+    isolation: Annotated[str | None, typer.Option(help=describe("sandbox.isolation"))] = None,
     config: Annotated[str | None, typer.Option(help="settings file (default: agentforge.toml)")] = None,
 ) -> None:
     """Make TASK's kernel faster with a coder LLM and a judge LLM, measured by the hardened evaluator."""
@@ -50,8 +51,10 @@ def optimize_command(
         config, provider__name=provider, provider__model=model, provider__judge_model=judge_model,
         provider__base_url=base_url, eval__backend=backend, agent__max_rounds=max_rounds,
         agent__max_cost_usd=max_cost_usd, agent__max_minutes=max_minutes, runs_dir=out,
+        sandbox__isolation=isolation,
     )
     from agentforge.agent.run import RunError, optimize
+    from agentforge.cli import errors
     from agentforge.evaluator.result import TimingConfig
     from agentforge.llm.base import ProviderError
     from agentforge.task import TaskLoadError
@@ -60,7 +63,9 @@ def optimize_command(
         err_console.print("[yellow]No LLM key is configured (OPENAI_API_KEY, ANTHROPIC_API_KEY or --base-url):"
                           " using the offline `library` provider, which proposes the shipped reference "
                           "kernels.[/yellow]")
-    view = _LiveView(enabled=not as_json)
+    view = _LiveView(enabled=not as_json, runs_dir=settings.runs_dir)
+    if resume:
+        errors.set_resume_hint(resume_command(resume, settings.runs_dir))
     approve = None if as_json or not sys.stdin.isatty() else _ask
     try:
         with view:
@@ -71,21 +76,42 @@ def optimize_command(
                 shapes=tuple(shape or ()),
                 limits=_explicit_limits(max_rounds, max_cost_usd, max_minutes) if resume else None,
             )
-    except KeyboardInterrupt:
-        run_id = view.last.get("run_id")
-        if run_id:
-            err_console.print(f"interrupted; continue with: agentforge optimize --resume {run_id}")
-        raise typer.Exit(130) from None
     except (RunError, ProviderError, TaskLoadError) as exc:
         if as_json:
             print(json.dumps({"error": str(exc)}))
         else:
-            err_console.print(f"[red]error:[/red] {exc}")
+            say_error(str(exc))
         raise typer.Exit(2) from exc
+    # Interruptions (Ctrl-C, SIGTERM) and a full disk end in cli/errors.py, with the resume hint.
     if as_json:
         print(json.dumps(summary.to_dict(), default=str))
-        return
-    _render_summary(summary)
+    else:
+        _render_summary(summary)
+    failed = _provider_failure(summary)
+    if failed:
+        say_error(f"the LLM provider failed ({failed}); check the provider settings (key, --base-url, "
+                  "network), then start the run again")
+        raise typer.Exit(EXIT_PROVIDER_FAILED)
+
+
+EXIT_PROVIDER_FAILED = 3
+_PROVIDER_FAILED = "provider failed: "  # the agent's stop reason when the coder call failed for good
+
+
+def _provider_failure(summary: Any) -> str | None:
+    """Why the run stopped on a provider failure, or None when it stopped on a budget."""
+    reason = summary.stop_reason or ""
+    return reason[len(_PROVIDER_FAILED):] if reason.startswith(_PROVIDER_FAILED) else None
+
+
+def resume_command(run_id: str, runs_dir: str) -> str:
+    """The command that continues run `run_id`, with the folder that holds it (the run is not
+    found without --out when it lives anywhere but the default)."""
+    import shlex
+    from pathlib import Path
+
+    folder = Path(runs_dir).expanduser().resolve()
+    return f"agentforge optimize --resume {shlex.quote(run_id)} --out {shlex.quote(str(folder))}"
 
 
 def _provider_of_run(config: str | None, out: str | None, run_id: str) -> str | None:
@@ -114,8 +140,9 @@ def _ask(payload: dict[str, Any]) -> bool:
 class _LiveView:
     """A rich live table: round, mode, stage, best speedups, tokens and dollars so far."""
 
-    def __init__(self, enabled: bool):
+    def __init__(self, enabled: bool, runs_dir: str = "runs"):
         self.enabled = enabled
+        self.runs_dir = runs_dir
         self.live: Any = None
         self.last: dict[str, Any] = {}
 
@@ -132,6 +159,10 @@ class _LiveView:
             self.live.__exit__(*exc)
 
     def update(self, view: dict[str, Any]) -> None:
+        from agentforge.cli import errors
+
+        if view.get("run_id") and view.get("run_id") != self.last.get("run_id"):
+            errors.set_resume_hint(resume_command(view["run_id"], self.runs_dir))
         self.last = view
         if self.live is None:
             return
@@ -174,7 +205,14 @@ def _render_summary(summary: Any) -> None:
     usage = summary.usage
     console.print(f"LLM: {usage.get('calls', 0)} calls, ${usage.get('cost_usd', 0.0):.4f}; "
                   f"report: {summary.outputs.get('report')}")
-    console.print(f"run id: {summary.run_id} (resume with --resume {summary.run_id})")
+    again = resume_command(summary.run_id, summary_runs_dir(summary))
+    console.print(f"run id: {summary.run_id} (continue with: {again})", soft_wrap=True, markup=False)
+
+
+def summary_runs_dir(summary: Any) -> str:
+    from pathlib import Path
+
+    return str(Path(summary.run_dir).parent)
 
 
 def _x(value: float | None) -> str:

@@ -55,6 +55,7 @@ class RunReport:
     planned: int = 0
     skipped: int = 0  # already in the store
     stored: int = 0
+    stored_elsewhere: int = 0  # evaluated here, but another run stored the same job first
     unmatched: list[Path] = field(default_factory=list)
     results: list[EvalResult] = field(default_factory=list)
 
@@ -116,23 +117,31 @@ def execute(
     by_key = {p.key: p for p in todo}
     lock = threading.Lock()
 
+    handled: set[str] = set()
+
+    def store_one(p: PlannedJob, result: EvalResult) -> None:
+        handled.add(p.key)
+        if store.add_evaluation(p.key, entry=entry, suite=suite.name, task=p.task.name, track=p.track,
+                                sample=p.sample, result=holdout.redact(result)):
+            report.stored += 1
+        else:  # a run on the same store (another process) stored this job while we evaluated it
+            report.stored_elsewhere += 1
+
     with _progress(progress, description, len(todo)) as advance:
         def on_result(result: EvalResult) -> None:
             p = by_key.get(str(result.candidate_meta.get("job_key")))
             if p is None:
                 return
             with lock:
-                if store.add_evaluation(p.key, entry=entry, suite=suite.name, task=p.task.name, track=p.track,
-                                        sample=p.sample, result=holdout.redact(result)):
-                    report.stored += 1
+                if p.key not in handled:
+                    store_one(p, result)
                 advance(result)
 
         report.results = executor([p.job for p in todo], on_result) if todo else []
     # A result the executor returned without reporting it (an executor without callbacks).
     for p, result in zip(todo, report.results, strict=True):
-        if store.add_evaluation(p.key, entry=entry, suite=suite.name, task=p.task.name, track=p.track,
-                                sample=p.sample, result=holdout.redact(result)):
-            report.stored += 1
+        if p.key not in handled:
+            store_one(p, result)
     return report
 
 
@@ -192,9 +201,17 @@ def run_suite(
                              cost_usd=outcome.cost_usd, tokens=outcome.tokens, minutes=outcome.minutes,
                              best_code_hash=_hash(outcome.best_source), summary=summary)
 
-    with _progress(progress, "optimising", len(todo)) as advance, ThreadPoolExecutor(max(1, workers)) as pool:
-        for _ in pool.map(optimise, todo):
-            advance(None)
+    with _progress(progress, "optimising", len(todo)) as advance:
+        pool = ThreadPoolExecutor(max(1, workers))
+        try:
+            for _ in pool.map(optimise, todo):
+                advance(None)
+        except BaseException:
+            # Interrupted (Ctrl-C, SIGTERM): do not wait for the loops in flight; each resumes
+            # from its checkpoint on the next run, and unfinished tasks are still "running".
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
 
     planned = []
     tasks = {t.name: t for t in suite.tasks}

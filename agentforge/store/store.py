@@ -30,15 +30,16 @@ class StoreError(RuntimeError):
     """The results store cannot be opened or read; the message says which store and what to do."""
 
 
-def describe_error(exc: BaseException, url: str) -> str:
+def describe_error(exc: BaseException, url: str | None = None) -> str:
     """One line for a database failure: the driver's own words, without SQLAlchemy's SQL dump."""
+    store = f"the results store {_safe(url)}" if url else "the results store"
     reason = str(exc.orig) if isinstance(exc, DBAPIError) and exc.orig is not None else str(exc)
     reason = reason.strip().splitlines()[0] if reason.strip() else type(exc).__name__
     code = getattr(getattr(exc, "orig", None), "sqlite_errorcode", None)
     if code in _SQLITE_DAMAGED:
-        return (f"the results store {_safe(url)} is damaged or not a database ({reason}); move the file "
-                f"away to start a new store, or {URL_HINT}")
-    return f"the results store {_safe(url)} failed: {reason}; check it is reachable, or {URL_HINT}"
+        return (f"{store} is damaged or not a database ({reason}); move the file away to start a new store, "
+                f"or {URL_HINT}")
+    return f"{store} failed: {reason}; check it is reachable, or {URL_HINT}"
 
 
 def _safe(url: str) -> str:

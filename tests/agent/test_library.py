@@ -74,7 +74,8 @@ def test_cli_without_a_key_says_it_uses_the_library_and_how_to_configure(tmp_pat
     for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "AGENTFORGE_PROVIDER_NAME", "AGENTFORGE_PROVIDER_API_KEY",
                 "AGENTFORGE_PROVIDER_BASE_URL"):
         monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("AGENTFORGE_CONFIG", str(tmp_path / "absent.toml"))
+    (tmp_path / "empty.toml").write_text("")  # no settings file of the developer's (a missing one is an error)
+    monkeypatch.setenv("AGENTFORGE_CONFIG", str(tmp_path / "empty.toml"))
     result = CliRunner().invoke(app, ["optimize", str(relu_task), "--backend", "cpu", "--out",
                                       str(tmp_path / "runs")])
     assert result.exit_code == 2

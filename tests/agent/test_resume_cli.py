@@ -45,6 +45,7 @@ def test_kill_9_then_resume_finishes_without_redoing_rounds(tmp_path, relu_task,
         ("coder", 3): [scripted.Reply("No code this time.")],
     })
     runs = tmp_path / "runs"
+    (tmp_path / "none.toml").write_text("")  # no developer settings file (a missing one is an error)
     env = {**os.environ, "OPENAI_API_KEY": "dummy", "AGENTFORGE_CACHE_DIR": str(tmp_path / "cache"),
            "AGENTFORGE_SANDBOX_ISOLATION": "none", "AGENTFORGE_EVAL_PROFILE": "false",
            "AGENTFORGE_CONFIG": str(tmp_path / "none.toml")}
