@@ -22,6 +22,7 @@ bare GPU images.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import hashlib
 import importlib.util
@@ -80,6 +81,10 @@ class Task:
         self.name = name
         self.source = source
         self.path = path
+        hub = model_hub_use(source)
+        if hub is not None:  # refused before it runs: importing it would reach for the network
+            raise TaskLoadError(str(path or name), f"needs a model hub ({hub}; KernelBench level 4), "
+                                "which agentforge does not download from")
         self.module = _exec_source(source, where=str(path or name))
         self._validate()
 
@@ -213,6 +218,23 @@ class Task:
             except Exception as exc:
                 raise TaskLoadError(self._where, f"Model(...) fails: {_one_line(exc)}") from exc
 
+    def footprint(self, shape: str = DEFAULT_SHAPE) -> dict[str, float | None]:
+        """Bytes of one call on a shape variant, found on the meta device (nothing allocated):
+        its inputs (floating ones at the task's dtype), the model's parameters and buffers, its
+        outputs (None when the forward cannot run on meta), and the declared `bytes_moved`."""
+        with self.shape_variant(shape), torch.device("meta"), _seeded(0):
+            inputs = list(self.module.get_inputs())
+        placed = [_place(x, "meta", self.dtype) for x in inputs]
+        model = self.instantiate_on_meta(shape).to(device="meta", dtype=self.dtype)
+        state = itertools.chain(model.parameters(), model.buffers())
+        try:
+            with torch.no_grad(), self.shape_variant(shape):
+                outputs: float | None = _nbytes(model(*placed))
+        except Exception:  # data-dependent ops have no meta kernel
+            outputs = None
+        return {"inputs": _nbytes(placed), "params": float(sum(t.numel() * t.element_size() for t in state)),
+                "outputs": outputs, "declared": self.bytes_moved(shape)}
+
     @contextlib.contextmanager
     def shape_variant(self, shape: str) -> Iterator[None]:
         overrides = self._shape_overrides(shape)
@@ -290,9 +312,157 @@ class Task:
         return f"Task({self.name!r})"
 
 
+# ----- what a task file says without running it -------------------------------------------------
+# Task files are trusted no more than they must be: a process that only wants to know a task's
+# shape names, or whether it needs a model hub, reads its syntax tree instead of importing it.
+_HUB_MODULES = ("transformers", "huggingface_hub", "diffusers", "timm")
+
+
+def declared_shape_names(source: str) -> tuple[str, ...] | None:
+    """The shape variants a task file declares, read from its syntax tree: `default` first, then
+    the keys of a literal module-level `SHAPES` dict, as `Task.shapes` orders them. None when the
+    file does not parse or builds SHAPES in a way only running it would tell."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    names: list[str] | None = []
+    for node in tree.body:
+        targets = _assigned_names(node)
+        if "SHAPES" not in targets:
+            continue
+        value = getattr(node, "value", None)
+        try:
+            shapes = ast.literal_eval(value) if isinstance(node, ast.Assign | ast.AnnAssign) and value else None
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            shapes = None
+        if shapes is not None and not isinstance(shapes, dict):
+            return None
+        names = None if shapes is None else [str(k) for k in shapes]
+    if names is None or _mutates(tree, "SHAPES"):
+        return None
+    return (DEFAULT_SHAPE, *(n for n in names if n != DEFAULT_SHAPE))
+
+
+def model_hub_use(source: str) -> str | None:
+    """Why a task file needs a model hub (KernelBench's level 4 builds Hugging Face models with
+    `from_pretrained`, fetched over the network at import), or None."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        modules: list[str] = []
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            modules = [node.module]
+        for module in modules:
+            if module.split(".")[0] in _HUB_MODULES:
+                return f"imports {module.split('.')[0]}"
+        if isinstance(node, ast.Attribute) and node.attr == "from_pretrained":
+            return "calls from_pretrained"
+    return None
+
+
+def _assigned_names(node: ast.stmt) -> set[str]:
+    if isinstance(node, ast.Assign):
+        targets = node.targets
+    elif isinstance(node, ast.AnnAssign | ast.AugAssign):
+        targets = [node.target]
+    else:
+        return set()
+    return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
+def _mutates(tree: ast.Module, name: str) -> bool:
+    """Anything but a plain module-level assignment touching `name`: `SHAPES[k] = ...`,
+    `SHAPES.update(...)`, `global SHAPES` in a function, an augmented or tuple assignment."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript | ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id == name:
+            return True
+        if isinstance(node, ast.Global) and name in node.names:
+            return True
+        if isinstance(node, ast.AugAssign) and name in _assigned_names(node):
+            return True
+        if isinstance(node, ast.Assign) and name in _assigned_names(node) and not (
+                len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+            return True
+    return False
+
+
+def probe_entry(job: Any) -> Any:
+    """Sandbox entry (`SandboxConfig.entry = "agentforge.task:probe_entry"`): load the job's task
+    and size each of its shape variants on the meta device, before anything is built, so that a
+    caller learns the shapes and what they weigh without importing the task itself. Runs no
+    candidate code. The figures travel in `candidate_meta["task_probe"]`; a task that does not
+    load is a `task_error`."""
+    from agentforge.candidate import code_hash
+    from agentforge.evaluator.result import ErrorRecord, EvalResult, Stage, Status
+
+    # The sandbox checks that a verdict names the job's task and candidate (here, no candidate).
+    base = {"task_name": job.task_name, "candidate_hash": code_hash(job.candidate_source), "backend": job.backend}
+    try:
+        task = Task(job.task_name, job.task_source)
+    except TaskLoadError as exc:
+        return EvalResult(**base, status=Status.TASK_ERROR, stage=Stage.TASK,
+                          error=ErrorRecord(type="TaskLoadError", message=str(exc)[:2000]))
+    shapes: dict[str, Any] = {}
+    for shape in task.shapes:
+        try:
+            shapes[shape] = task.footprint(shape)
+        except MemoryError as exc:  # sizing alone exhausted the sandbox: that shape is too large here
+            shapes[shape] = {"error": f"MemoryError: {exc}", "too_large": True}
+        except Exception as exc:  # left to the evaluator's own task check to report
+            shapes[shape] = {"error": _one_line(exc)}
+    probe = {"shapes": shapes, "dtype": task.dtype_name, "memory": _device_memory(job.device)}
+    return EvalResult(**base, status=Status.OK, stage=Stage.DONE, candidate_meta={"task_probe": probe})
+
+
+def _device_memory(device: str) -> dict[str, float | str | None]:
+    """What the device the job names can hold: the GPU's memory, or the host's available memory."""
+    if device.startswith("cuda") and torch.cuda.is_available():
+        index = int(device.split(":")[1]) if ":" in device else 0
+        free, total = torch.cuda.mem_get_info(index)
+        return {"kind": "cuda", "free_bytes": float(free), "total_bytes": float(total)}
+    found: dict[str, float] = {}
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            key, _, rest = line.partition(":")
+            if key in ("MemTotal", "MemAvailable"):
+                found[key] = float(rest.split()[0]) * 1024
+    return {"kind": "cpu", "free_bytes": found.get("MemAvailable"), "total_bytes": found.get("MemTotal")}
+
+
+def _nbytes(value: Any) -> float:
+    return float(sum(t.numel() * t.element_size() for t in flatten_tensors(value)))
+
+
 # ----- loading ----------------------------------------------------------------------------
 def default_tasks_root() -> Path:
     return Path(__file__).resolve().parent.parent / "tasks"
+
+
+@dataclass(frozen=True)
+class TaskText:
+    """A task file read but not run: enough for an EvalJob (`name`, `source`, as a `Task` gives
+    them) and for what its text alone tells (`shape_names`: None when only running it would)."""
+
+    name: str
+    source: str
+    path: Path | None = None
+    shape_names: tuple[str, ...] | None = None
+
+
+def read_task(ref: str | Path, root: Path | None = None) -> TaskText:
+    """Find and read a task as `load_task` does, without importing it."""
+    path = resolve_task_path(ref, root)
+    try:
+        source = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TaskLoadError(str(path), f"cannot read: {getattr(exc, 'strerror', None) or exc}") from exc
+    return TaskText(task_name_for(path), source, path, declared_shape_names(source))
 
 
 def load_task(ref: str | Path, root: Path | None = None) -> Task:

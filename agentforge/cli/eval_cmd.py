@@ -1,17 +1,80 @@
-"""`agentforge eval TASK CANDIDATE`: one verdict from the hardened evaluator."""
+"""`agentforge eval TASK CANDIDATE`: one verdict from the hardened evaluator.
+
+The task file is never imported in this process (a task may sleep or print at import): its shape
+names are read from its syntax tree, and a sandbox child imports it and sizes its shapes on the
+meta device before anything is built. A task that fails there, or in the evaluator's own check of
+its reference, is a `task_error`, never the candidate's fault. A shape whose evaluation would not
+fit in the memory this machine gives the sandbox is refused up front, naming the shapes that fit.
+
+Exit status: 0 when the candidate was evaluated, whatever the verdict; 2 when it could not be: a
+usage error (an unknown shape, a missing file), a task error, a shape that does not fit, a sandbox
+that could not run. With `--json`, stdout carries exactly one JSON object in every case: the
+EvalResult, or for a refusal `{"status": "refused", "error": {"type", "message"}, ...}`; anything
+else printed meanwhile (ours, a library's) goes to stderr.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer.core import TyperCommand
 
-from agentforge.cli.common import build_settings, console, err_console
+from agentforge.cli.common import console, err_console
+
+if TYPE_CHECKING:
+    from agentforge.evaluator.result import EvalJob, EvalResult
+    from agentforge.sandbox.config import SandboxConfig
+    from agentforge.settings import Settings
+
+EXIT_REFUSED = 2
+PROBE_ENTRY = "agentforge.task:probe_entry"
+PROBE_TIMEOUT_S = 120.0  # importing a task and sizing its shapes on the meta device
+# What one evaluation holds at its peak, summed over the sandbox's process tree (the quantity its
+# memory watchdog limits): about BASE plus FACTOR times one call's tensors (inputs, outputs,
+# parameters) at the task's dtype. Measured on level1/relu variants with `benchmarks`-style
+# polling of the tree's RSS (2-core CPU VM, torch 2.13, eager and torch.compile baselines):
+# 2.8 GiB at 1 KB of tensors, 9.9 GiB at 128 MiB, about 40-57x the tensors beyond the base
+# (float64 reference copies, pristine inputs, a pool of fresh inputs for timing, compile baselines).
+FOOTPRINT_BASE_BYTES = 3 * 2**30
+FOOTPRINT_FACTOR = 56
+
+
+class Refused(Exception):
+    """Why eval cannot run as asked, in one line, with what a JSON reader needs beside it."""
+
+    def __init__(self, kind: str, message: str, task_name: str | None = None, **extra: Any):
+        super().__init__(message)
+        self.kind, self.message, self.task_name, self.extra = kind, message, task_name, extra
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": "refused", "accepted": False, "task_name": self.task_name,
+                "error": {"type": self.kind, "message": self.message}, "exit_code": EXIT_REFUSED, **self.extra}
+
+
+class _EvalCommand(TyperCommand):
+    """Click's own usage errors (a missing argument, a bad option) come before the command runs;
+    with --json they are one JSON object on stdout too, and click still says them on stderr."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        wants_json = "--json" in args
+        try:
+            return super().parse_args(ctx, args)
+        except Exception as exc:
+            # By name: typer may vendor its own copy of click, whose UsageError is not click's.
+            if wants_json and any(c.__name__ == "UsageError" for c in type(exc).__mro__):
+                _write_stdout(json.dumps(Refused("UsageError", exc.format_message()).to_dict()))  # type: ignore[attr-defined]
+            raise
 
 
 def register(app: typer.Typer) -> None:
-    app.command("eval")(eval_command)
+    app.command("eval", cls=_EvalCommand)(eval_command)
 
 
 def eval_command(
@@ -28,31 +91,261 @@ def eval_command(
     as_json: Annotated[bool, typer.Option("--json", help="print exactly one JSON object: the EvalResult")] = False,
     config: Annotated[str | None, typer.Option(help="settings file (default: agentforge.toml)")] = None,
 ) -> None:
-    """Build, check, time and profile CANDIDATE against TASK; exit 0 whenever an evaluation happened."""
-    settings = build_settings(config, eval__track=track, eval__backend=backend, eval__device=device,
-                              eval__profile=profile)
-    from agentforge.candidate import Candidate, guess_backend
-    from agentforge.evaluator.api import evaluate, make_job
+    """Build, check, time and profile CANDIDATE against TASK. Exit 0 when the candidate was
+    evaluated (whatever the verdict); 2 when it could not be (usage, task error, memory)."""
+    flags = {"eval.track": track, "eval.backend": backend, "eval.device": device, "eval.profile": profile}
+    with _stdout_reserved(as_json) as emit:
+        try:
+            result = _evaluate(task, candidate, flags, config, tuple(shape or ()), timing, compile_baseline)
+        except Refused as exc:
+            if as_json:
+                emit(json.dumps(exc.to_dict()))
+            _say(exc.message)
+            raise typer.Exit(EXIT_REFUSED) from exc
+        except typer.Exit:
+            raise
+        except BaseException as exc:  # the CLI's error handler says it on stderr; stdout still gets its object
+            if as_json:
+                emit(json.dumps({"status": "error", "accepted": False, "task_name": None,
+                                 "error": {"type": type(exc).__name__, "message": _one_line(exc)}}))
+            raise
+        if as_json:
+            emit(result.to_json())
+    if not as_json:
+        from agentforge.cli.render import render_result
+
+        render_result(console, result)
+    code = _exit_code(result)
+    if code:
+        _say(_why_not_evaluated(result))
+        raise typer.Exit(code)
+
+
+# ----- the steps ------------------------------------------------------------------------------
+def _evaluate(task_ref: str, candidate: Path, flags: dict[str, Any], config: str | None,
+              shapes: tuple[str, ...], timing: bool, compile_baseline: bool) -> EvalResult:
+    from agentforge.candidate import Candidate, code_hash, guess_backend
+    from agentforge.evaluator.api import default_device, evaluate, make_job
     from agentforge.evaluator.result import Measure
     from agentforge.sandbox.config import from_settings
-    from agentforge.task import TaskLoadError, load_task
+    from agentforge.task import TaskText, model_hub_use
 
+    settings = _settings(flags, config)
+    task = _read_task(task_ref, settings)
+    hub = model_hub_use(task.source)
+    if hub is not None:
+        raise Refused("ModelHub", f"{task.path}: needs a model hub ({hub}; KernelBench level 4), which "
+                      "agentforge does not download from", task.name)
     try:
-        loaded = load_task(task, Path(settings.tasks_root) if settings.tasks_root else None)
         source = candidate.read_text()
-    except (TaskLoadError, OSError) as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from exc
+    except OSError as exc:
+        raise Refused("NoCandidate", f"cannot read the candidate {candidate}: {exc.strerror}", task.name) from exc
+    _check_shape_names(task, shapes)
     chosen = settings.eval.backend if settings.eval.backend != "auto" else guess_backend(source)
+    where = settings.eval.device if settings.eval.device != "auto" else default_device(chosen)
     measure = Measure(timing=timing, baselines=("eager", "compile") if compile_baseline else ("eager",),
                       profile=settings.eval.profile)
-    job = make_job(loaded, Candidate(source, chosen), device=None if settings.eval.device == "auto"
-                   else settings.eval.device, track=settings.eval.track, shapes=tuple(shape or ()), measure=measure,
-                   cuda_arch=settings.eval.cuda_arch, cache_dir=settings.cache_dir)
-    result = evaluate(job, from_settings(settings.sandbox, settings.cache_dir))
-    if as_json:
-        print(result.to_json())
-        return
-    from agentforge.cli.render import render_result
+    job = make_job(task, Candidate(source, chosen), device=where, track=settings.eval.track, shapes=shapes,
+                   measure=measure, cuda_arch=settings.eval.cuda_arch, cache_dir=settings.cache_dir)
+    sandbox = from_settings(settings.sandbox, settings.cache_dir)
+    probe = _probe(job, sandbox)
+    if probe.status.value != "ok":
+        return _replace(probe, candidate_hash=code_hash(source))
+    figures = probe.candidate_meta["task_probe"]
+    known = tuple(figures["shapes"])
+    if task.shape_names is None:  # SHAPES was not a literal: the sandbox told us its names
+        _check_shape_names(TaskText(task.name, task.source, task.path, known), shapes)
+    wanted = ("default",) if settings.eval.track == "kernelbench" else (shapes or known)
+    _check_memory(task.name, figures, wanted, known, settings, where)
+    return evaluate(job, sandbox)
 
-    render_result(console, result)
+
+def _settings(flags: dict[str, Any], config: str | None) -> Settings:
+    from agentforge.settings import SettingsError, load_settings
+
+    try:
+        return load_settings(flags=flags, file=config)
+    except SettingsError as exc:
+        raise Refused("SettingsError", f"settings: {exc}") from exc
+
+
+def _read_task(ref: str, settings: Settings):
+    from agentforge.task import TaskLoadError, read_task
+
+    try:
+        return read_task(ref, Path(settings.tasks_root).expanduser() if settings.tasks_root else None)
+    except TaskLoadError as exc:
+        raise Refused("NoSuchTask", str(exc)) from exc
+
+
+def _check_shape_names(task, shapes: tuple[str, ...]) -> None:
+    """An unknown --shape is a usage error, decided from the file's text (or the probe's list)."""
+    if task.shape_names is None:
+        return
+    unknown = [s for s in shapes if s not in task.shape_names]
+    if unknown:
+        listed = ", ".join(repr(s) for s in unknown)
+        raise Refused("UnknownShape", f"{task.name} has no shape {listed}; its shapes: {', '.join(task.shape_names)}",
+                      task.name, shapes=list(task.shape_names))
+
+
+def _probe(job: EvalJob, sandbox: SandboxConfig) -> EvalResult:
+    """The task imported and its shapes sized in a sandbox child (no candidate code there). Any
+    failure but the sandbox's own is the task's: it was the only code that ran."""
+    import dataclasses
+
+    from agentforge.evaluator.api import evaluate
+    from agentforge.evaluator.result import ErrorRecord, Stage, Status
+
+    config = sandbox.replace(entry=PROBE_ENTRY, timeout_s=min(sandbox.timeout_s, PROBE_TIMEOUT_S))
+    result = evaluate(dataclasses.replace(job, candidate_source=""), config)
+    error = result.error or ErrorRecord(type="NoResult", message="no verdict")
+    if result.status in (Status.OK, Status.TASK_ERROR) or error.type == "SandboxError":
+        return result
+    if result.status == Status.TIMEOUT:
+        kind, what = "TaskTimeout", f"importing it and sizing its shapes ran past {config.timeout_s:g} s"
+    elif error.type == "MemoryLimit":
+        kind, what = "TaskMemoryError", f"importing it ran out of memory ({error.message})"
+    else:
+        kind = "TaskLoadError"
+        what = f"the process importing it ended without a verdict ({error.type}: {error.message})"
+    error = dataclasses.replace(error, type=kind, message=f"task {job.task_name}: {what}"[:2000])
+    return dataclasses.replace(result, status=Status.TASK_ERROR, stage=Stage.TASK, error=error)
+
+
+def _check_memory(name: str, figures: dict[str, Any], wanted: tuple[str, ...], known: tuple[str, ...],
+                  settings: Settings, device: str) -> None:
+    """Refuse, before anything is built, a shape whose evaluation cannot fit here."""
+    budget, where = _memory_budget(figures.get("memory") or {}, settings, device)
+    needed = {s: _needed_bytes(figures["shapes"].get(s) or {}) for s in known}
+    too_big = [s for s in wanted if needed[s] is not None and (budget is None or needed[s] > budget)]
+    if not too_big or budget is None:
+        return
+    fit = [s for s in known if needed[s] is not None and needed[s] <= budget]
+    sizes = ", ".join(f"'{s}' needs about {_gib(needed[s])}" for s in too_big)
+    advice = (f"shapes that fit: {', '.join(fit)} (run with {' '.join(f'--shape {s}' for s in fit)})" if fit
+              else "no shape of it fits")
+    raise Refused("ShapeTooLarge", f"{name}: {sizes} to evaluate, more than the {_gib(budget)} {where}; {advice}",
+                  name, shapes_that_fit=fit, needed_bytes=needed, available_bytes=budget)
+
+
+def _memory_budget(memory: dict[str, Any], settings: Settings, device: str) -> tuple[float | None, str]:
+    if memory.get("kind") == "cuda":
+        free = memory.get("free_bytes")
+        return free, f"free on {device}"
+    # The machine's size, not its momentary free memory: a verdict on what fits should not change
+    # with what else happens to run.
+    limit = float(settings.sandbox.memory_gb) * 2**30
+    total = memory.get("total_bytes")
+    if total is not None and total < limit:
+        return float(total), "this machine has"
+    return limit, f"the sandbox may use (sandbox.memory_gb = {settings.sandbox.memory_gb:g})"
+
+
+def _needed_bytes(footprint: dict[str, Any]) -> float | None:
+    """The estimated peak of one evaluation of a shape, from the probe's figures; None when the
+    shape could not be sized (the evaluator's own task check will tell what is wrong with it)."""
+    if footprint.get("too_large"):
+        return float("inf")
+    if "inputs" not in footprint:
+        return None
+    calls = footprint["inputs"] + (footprint["outputs"] if footprint["outputs"] is not None else footprint["inputs"])
+    tensors = max(calls, footprint.get("declared") or 0.0) + footprint["params"]
+    return FOOTPRINT_BASE_BYTES + FOOTPRINT_FACTOR * tensors
+
+
+# ----- output ---------------------------------------------------------------------------------
+def _exit_code(result: EvalResult) -> int:
+    """2 when no candidate verdict exists: the task failed on its own, or the sandbox never ran."""
+    from agentforge.evaluator.result import Stage, Status
+
+    if result.status == Status.TASK_ERROR:
+        return EXIT_REFUSED
+    if result.stage == Stage.SANDBOX and result.error is not None and result.error.type == "SandboxError":
+        return EXIT_REFUSED
+    return 0
+
+
+def _why_not_evaluated(result: EvalResult) -> str:
+    error = result.error
+    cause = f"{error.type}: {error.message}" if error is not None else result.status.value
+    if result.status.value == "task_error":
+        return f"task error, the candidate was not run: {cause}"
+    return f"the sandbox could not run: {cause}"
+
+
+def _say(message: str) -> None:
+    from rich.text import Text
+
+    err_console.print(Text("error: ", style="red") + Text(" ".join(message.split())), soft_wrap=True,
+                      highlight=False)
+
+
+@contextlib.contextmanager
+def _stdout_reserved(enabled: bool) -> Iterator[Callable[[str], None]]:
+    """With --json, stdout is kept for the one JSON object: while the command works, file
+    descriptor 1 and sys.stdout point at stderr, so nothing printed meanwhile (by this process,
+    a library, a C extension) can reach it. Yields the function that writes the object (once)."""
+    written: list[bool] = []
+    saved = _dup_stdout() if enabled else None
+
+    def emit(text: str) -> None:
+        if written:
+            return
+        written.append(True)
+        if saved is None:
+            _write_stdout(text)
+        else:
+            _write_fd(saved, text + "\n")
+
+    if not enabled:
+        yield emit
+        return
+    real = sys.stdout
+    sys.stdout = sys.stderr
+    try:
+        yield emit
+    finally:
+        sys.stdout = real
+        if saved is not None:
+            sys.stderr.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def _dup_stdout() -> int | None:
+    """A copy of fd 1, which then points at stderr; None where stdout is no file (a test runner)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
+    sys.stdout.flush()
+    saved = os.dup(fd)
+    os.dup2(sys.stderr.fileno(), fd)
+    return saved
+
+
+def _write_fd(fd: int, text: str) -> None:
+    data = text.encode()
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _write_stdout(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def _replace(result: EvalResult, **changes: Any) -> EvalResult:
+    import dataclasses
+
+    return dataclasses.replace(result, **changes)
+
+
+def _gib(value: float) -> str:
+    return "an unmeasurable amount" if value == float("inf") else f"{value / 2**30:.1f} GiB"
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

@@ -8,12 +8,14 @@ from rich.table import Table
 from agentforge.evaluator.result import EvalResult
 
 _STATUS_STYLE = {"ok": "green", "mismatch": "yellow", "integrity_flag": "red", "compile_error": "red",
-                 "runtime_error": "red", "timeout": "magenta", "crash": "magenta"}
+                 "runtime_error": "red", "timeout": "magenta", "crash": "magenta", "task_error": "magenta"}
 
 
 def render_result(console: Console, result: EvalResult) -> None:
     style = _STATUS_STYLE.get(result.status.value, "white")
     verdict = "ACCEPTED" if result.accepted else "not accepted"
+    if result.status.value == "task_error":
+        verdict = "the task failed before any candidate code ran; the candidate was not judged"
     console.print(f"[bold]{result.task_name}[/bold] [{result.backend}]  "
                   f"[{style}]{result.status.value}[/{style}] at {result.stage.value}: {verdict}")
     if result.compile is not None:
