@@ -24,7 +24,8 @@ def register(app: typer.Typer) -> None:
 
 def list_tasks(root: Path | None = typer.Option(None, "--root", help=ROOT_HELP)) -> None:
     """Load every problem file and build its Model on the meta device; a file that fails is
-    reported on one line and the listing goes on (exit status 1 if any failed)."""
+    reported on one line and the listing goes on (exit status 1 if any failed). Problems that
+    need a model hub (KernelBench's level 4) are skipped, said in one line, without being run."""
     from rich.table import Table
 
     from agentforge.task import TaskLoadError, discover, load_task
@@ -33,6 +34,7 @@ def list_tasks(root: Path | None = typer.Option(None, "--root", help=ROOT_HELP))
     if not paths:
         err_console.print(f"[red]no problem files[/red] under {root or 'tasks/'} (expected level*/NAME.py)")
         raise typer.Exit(1)
+    paths, hub = _without_model_hub(paths)
     table = Table(title=f"{len(paths)} problem files")
     for column in ("task", "dtype", "shapes", "tags", "GFLOP", "MB moved", "params"):
         table.add_column(column, justify="right" if column in ("GFLOP", "MB moved", "params") else "left")
@@ -50,7 +52,8 @@ def list_tasks(root: Path | None = typer.Option(None, "--root", help=ROOT_HELP))
         table.add_row(escape(task.name), task.dtype_name, ",".join(task.shapes), ",".join(task.tags),
                       _num(flops, 1e9), _num(moved, 1e6), f"{params:,}")
     console.print(table)
-    console.print(f"{len(paths)} files, {len(paths) - failures} loaded, {failures} failed")
+    skipped = f", {len(hub)} skipped (model hub)" if hub else ""
+    console.print(f"{len(paths) + len(hub)} files, {len(paths) - failures} loaded, {failures} failed{skipped}")
     if failures:
         raise typer.Exit(1)
 
@@ -155,6 +158,8 @@ def audit_tasks(
     except TaskLoadError as exc:
         err_console.print(f"[red]error[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
+    if not task_ref:
+        paths, _ = _without_model_hub(paths)
     table = Table(title=f"audit of {len(paths)} tasks")
     for column in ("task", "shape", "status", "findings", "s"):
         table.add_column(column, overflow="fold")
@@ -177,6 +182,24 @@ def audit_tasks(
     console.print(", ".join(f"{n} {k}" for k, n in counts.items()))
     if counts["flagged"]:
         raise typer.Exit(1)
+
+
+def _without_model_hub(paths: list[Path]) -> tuple[list[Path], list[Path]]:
+    """The problem files that can run here, and those that need a model hub (KernelBench's level
+    4 fetches Hugging Face models at import), found from their text and said in one line."""
+    from agentforge.task import model_hub_use
+
+    hub = []
+    for path in paths:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            if model_hub_use(path.read_text()) is not None:
+                hub.append(path)
+    if hub:
+        folders = sorted({p.parent.name for p in hub})
+        err_console.print(f"skipped {len(hub)} problems of {', '.join(folders)}: they need a model hub (Hugging "
+                          "Face from_pretrained at import), which agentforge does not download from",
+                          markup=False, soft_wrap=True)
+    return [p for p in paths if p not in hub], hub
 
 
 def _condensed(findings, shown: int = 3) -> list[str]:

@@ -41,16 +41,42 @@ def get_init_inputs():
 '''
 
 
+# KernelBench's level 4 in miniature: a Hugging Face model fetched at import (never run here).
+KB_MODEL_HUB = '''
+import torch
+from transformers import AutoModelForCausalLM, AutoConfig
+
+class Model(torch.nn.Module):
+    def __init__(self, model_name, config):
+        super().__init__()
+        self.model = AutoModelForCausalLM.from_pretrained(model_name, config=config)
+
+    def forward(self, x):
+        return self.model(x).logits
+
+model_name = "gpt2"
+config = AutoConfig.from_pretrained(model_name)
+
+def get_inputs():
+    return [torch.randint(0, config.vocab_size, (32, 256))]
+
+def get_init_inputs():
+    return [model_name, config]
+'''
+
+
 @pytest.fixture
 def fake_kernelbench(write_task, tmp_path) -> Path:
-    """A KernelBench-like checkout: level1..level4, numbered files, one malformed, one degenerate."""
+    """A KernelBench-like checkout: level1..level4, numbered files, one malformed, one degenerate,
+    two model-hub problems."""
     write_task(KB_STYLE, "KernelBench/level1/1_Square_matrix_multiplication_.py")
     relu = KB_STYLE.replace("torch.matmul(A, B)", "torch.relu(A)").replace("forward(self, A, B)", "forward(self, A)")
     write_task(relu.replace("return [A, B]", "return [A]"), "KernelBench/level1/19_ReLU.py")
     write_task("import torch\ndef get_inputs(:\n", "KernelBench/level1/2_Broken_syntax.py")
     write_task(KB_FUSION, "KernelBench/level2/1_Conv2D_ReLU.py")
     write_task(KB_FUSION.replace("class Model", "class Net"), "KernelBench/level3/1_NoModel.py")
-    write_task(KB_FUSION, "KernelBench/level4/1_Conv_block.py")
+    write_task(KB_MODEL_HUB, "KernelBench/level4/1_gpt2_bs32_seq256.py")
+    write_task(KB_MODEL_HUB.replace("gpt2", "opt"), "KernelBench/level4/2_opt_bs1_seq2047.py")
     return tmp_path / "KernelBench"
 
 
@@ -58,12 +84,15 @@ def test_list_on_a_kernelbench_tree_goes_on_past_malformed_files(fake_kernelbenc
     result = runner.invoke(app, ["tasks", "list", "--root", str(fake_kernelbench)], env={"COLUMNS": "200"})
     assert result.exit_code == 1
     out = result.output
-    for name in ("level1/1_Square_matrix_multiplication_", "level1/19_ReLU", "level2/1_Conv2D_ReLU",
-                 "level4/1_Conv_block"):
+    for name in ("level1/1_Square_matrix_multiplication_", "level1/19_ReLU", "level2/1_Conv2D_ReLU"):
         assert name in out
     assert "2_Broken_syntax.py: syntax error at line 2" in out
     assert "1_NoModel.py: defines no `Model`" in out
-    assert "6 files, 4 loaded, 2 failed" in out
+    assert "7 files, 3 loaded, 2 failed, 2 skipped (model hub)" in out
+    hub = [line for line in out.splitlines() if "model hub" in line and "skipped 2" in line]
+    assert hub == ["skipped 2 problems of level4: they need a model hub (Hugging Face from_pretrained at import), "
+                   "which agentforge does not download from"]
+    assert "level4/1_gpt2" not in out
     assert out.index("level1/19_ReLU") > out.index("level1/1_Square")  # natural order
 
 
@@ -111,7 +140,18 @@ def test_audit_on_a_kernelbench_tree_reports_what_it_finds(fake_kernelbench):
     assert "syntax error" in out and "defines no `Model`" in out
     # KernelBench's known weakness: torch.rand inputs are >= 0, so ReLU is the identity.
     assert "output 0 equals input 0" in out
-    assert "3 ok, 3 flagged, 0 skipped" in out
+    assert "2 ok, 3 flagged, 0 skipped" in out
+    assert "skipped 2 problems of level4: they need a model hub" in out
+
+
+def test_a_model_hub_problem_is_refused_in_one_line_by_show_and_run(fake_kernelbench):
+    path = str(fake_kernelbench / "level4" / "1_gpt2_bs32_seq256.py")
+    for args in (["tasks", "show", path], ["tasks", "run", path]):
+        result = runner.invoke(app, args, env={"COLUMNS": "250"})
+        assert result.exit_code == 2
+        [line] = [x for x in result.output.splitlines() if x.strip()]
+        assert line.endswith("needs a model hub (imports transformers; KernelBench level 4), which agentforge "
+                             "does not download from")
 
 
 def test_help_does_not_import_torch():
