@@ -237,6 +237,9 @@ class EvalProvenance:
     started_at: str = ""
     duration_s: float = 0.0
     sandbox: str = ""  # which sandbox backend ran it, with its isolation
+    # The isolation the candidate ran under: bwrap | unshare | none | docker; "" in-process (or a
+    # verdict recorded before this field existed). `none` means no filesystem/network isolation.
+    isolation: str = ""
 
 
 # ----- the verdict --------------------------------------------------------------------------
