@@ -10,6 +10,10 @@
   that kills whatever the child leaves behind.
 
 `auto` takes the first of bwrap, unshare that works on this machine (probed once per process).
+It never falls back to `none` silently: as root, where the candidate would run unconfined as
+root or as a uid that can still read the whole machine and reach loopback, `auto` without bwrap
+or unshare refuses (SandboxUnavailable) and only an explicit `none` runs; as another user it runs
+under `none` and every verdict says so in `EvalProvenance.isolation`.
 When the sandbox uid cannot reach a path the child needs (the interpreter under a 0700 /root, say),
 the isolating modes mask the unreachable ancestor with a tmpfs and bind the path back.
 """
@@ -73,15 +77,33 @@ def probe(mode: str) -> str | None:
     return None
 
 
+ISOLATING_MODES = ("bwrap", "unshare")
+
+
 def resolve_mode(requested: str) -> str:
-    """The isolation mode to use; an explicit mode that cannot run is SandboxUnavailable."""
+    """The isolation mode to use; one that cannot run is SandboxUnavailable (see the module doc)."""
     if requested != "auto":
         reason = probe(requested)
         if reason:
             raise SandboxUnavailable(f"sandbox isolation {requested!r} is unavailable: {reason}; "
                                      "set sandbox.isolation to auto or none")
         return requested
-    return next(mode for mode in ("bwrap", "unshare", "none") if probe(mode) is None)
+    for mode in ISOLATING_MODES:
+        if probe(mode) is None:
+            return mode
+    if is_root():
+        reasons = "; ".join(f"{mode}: {probe(mode)}" for mode in ISOLATING_MODES)
+        raise SandboxUnavailable(
+            f"no sandbox isolation works here ({reasons}), and as root an unisolated candidate could read "
+            "and write anything on this machine: install bubblewrap (apt-get install -y bubblewrap), or "
+            "give --isolation none (AGENTFORGE_SANDBOX_ISOLATION=none) to run candidates unisolated on purpose")
+    return "none"
+
+
+def auto_without_isolation(requested: str) -> bool:
+    """Whether `requested` ends up as `none` without having been asked for (a non-root `auto` on a
+    machine without bwrap or unshare): callers warn the user once."""
+    return requested == "auto" and resolve_mode(requested) == "none"
 
 
 def child_paths(python: str, extra: Iterable[str]) -> list[str]:
@@ -147,15 +169,29 @@ def gpu_device_nodes() -> list[str]:
     return sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri"))
 
 
+@functools.cache
+def bwrap_sizes_tmpfs() -> bool:
+    """Whether this bwrap takes `--size` for a tmpfs (0.6 and later)."""
+    argv = ["bwrap", "--ro-bind", "/", "/", "--size", "1048576", "--tmpfs", "/tmp", "--unshare-user", "true"]
+    if is_root():
+        argv.remove("--unshare-user")
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=30, check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
 def plan(requested: str, workdir: str, cache_dir: str, read_paths: list[str], uid: int,
-         fallback_cache: str, python: str) -> IsolationPlan:
+         fallback_cache: str, python: str, tmpfs_bytes: int | None = None) -> IsolationPlan:
+    """`tmpfs_bytes` caps each private tmpfs (/tmp, /dev/shm) where the tool can (bwrap); the
+    watchdog caps their total with the work folder's (`SandboxConfig.disk_gb`) in every mode."""
     mode = resolve_mode(requested)
     drop = uid if is_root() else None
     read = [p for p in _outermost(read_paths) if p not in ("/",)]
     if mode == "bwrap":
-        return _bwrap(workdir, cache_dir, read, drop)
+        return _bwrap(workdir, cache_dir, read, drop, tmpfs_bytes)
     if mode == "unshare":
-        return _unshare(workdir, cache_dir, read, drop)
+        return _unshare(workdir, cache_dir, read, drop, python)
     # No mount namespace: a uid that cannot reach the interpreter cannot run it; stay as we are,
     # and give the child a cache it can write when the configured one is out of its reach.
     if drop is not None and any(blocking_ancestor(p, drop) for p in [*read, workdir]):
@@ -183,12 +219,15 @@ def _masks_and_binds(read: list[str], write: list[str], drop: int | None) -> tup
     return masks, _outermost([*binds, *(p for p in read if _under(p, FRESH_TMPFS))])
 
 
-def _bwrap(workdir: str, cache_dir: str, read: list[str], drop: int | None) -> IsolationPlan:
+def _bwrap(workdir: str, cache_dir: str, read: list[str], drop: int | None,
+           tmpfs_bytes: int | None = None) -> IsolationPlan:
     masks, binds = _masks_and_binds(read, [workdir, cache_dir], drop)
     argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev"]
     for node in gpu_device_nodes():
         argv += ["--dev-bind", node, node]
-    argv += ["--proc", "/proc", "--perms", "01777", "--tmpfs", "/tmp", "--perms", "01777", "--tmpfs", "/dev/shm"]
+    size = ["--size", str(tmpfs_bytes)] if tmpfs_bytes and bwrap_sizes_tmpfs() else []
+    argv += ["--proc", "/proc", "--perms", "01777", *size, "--tmpfs", "/tmp", "--perms", "01777", *size,
+             "--tmpfs", "/dev/shm"]
     for mask in masks:
         argv += ["--tmpfs", mask]
     # bwrap creates missing mount points 0700; the sandbox uid must traverse them.
@@ -206,9 +245,13 @@ def _bwrap(workdir: str, cache_dir: str, read: list[str], drop: int | None) -> I
     return IsolationPlan("bwrap", tuple(argv), (), drop, cache_dir, desc)
 
 
-def _unshare(workdir: str, cache_dir: str, read: list[str], drop: int | None) -> IsolationPlan:
+def _unshare(workdir: str, cache_dir: str, read: list[str], drop: int | None, python: str) -> IsolationPlan:
     masks, binds = _masks_and_binds(read, [workdir, cache_dir], drop)
-    argv = ["unshare", "--mount", "--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child",
+    # unshare itself does not die with its parent (bwrap has --die-with-parent): exec it with a
+    # parent-death signal, so that killing agentforge (even with SIGKILL) ends the namespace's
+    # init (--kill-child), and with it every process of the job.
+    argv = [python, "-I", "-S", str(Path(__file__).with_name("reaper.py")), "--die-with-parent", str(os.getpid()),
+            "unshare", "--mount", "--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child",
             "--mount-proc"]
     if drop is None:
         argv.append("--map-root-user")

@@ -38,14 +38,32 @@ def no_new_privileges() -> None:
 
 
 def drop_privileges(uid: int) -> None:
-    """From root to `uid`/`uid` (group = uid) with no supplementary groups; irreversible."""
+    """From root to `uid`/`uid` (group = uid) with no supplementary groups; irreversible.
+
+    The kernel clears the parent-death signal on a change of credentials: it is armed again, or
+    a child whose parent was killed (agentforge by SIGKILL, and with it `unshare`) would live on,
+    reparented to init, with everything it started."""
     if os.getuid() != 0 and os.geteuid() != 0:
         return
+    armed = _parent_death_signal()
     os.setgroups([])
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)
     if os.getuid() != uid or os.geteuid() != uid:
         raise OSError(f"could not drop privileges to uid {uid}")
+    if armed:
+        _prctl(_PR_SET_PDEATHSIG, armed)
+
+
+_PR_GET_PDEATHSIG = 2
+
+
+def _parent_death_signal() -> int:
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    value = ctypes.c_int(0)
+    if libc.prctl(_PR_GET_PDEATHSIG, ctypes.byref(value), 0, 0, 0) != 0:
+        return 0
+    return value.value
 
 
 def _processes_of(uid: int) -> int:

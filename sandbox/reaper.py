@@ -1,25 +1,134 @@
-"""`python -I -S .../sandbox/reaper.py CMD...`: run CMD, then kill everything it left behind.
+"""What a sandbox job leaves behind, reaped: its processes, and the folders of dead jobs.
 
+`python -I -S .../sandbox/reaper.py CMD...`: run CMD, then kill everything it left behind.
 Used when isolation is `none` (bwrap and unshare end a run's processes with its pid namespace).
 The reaper makes itself a child subreaper, so processes that leave the process group (`setsid`)
 and lose their parent are re-parented to it rather than to init, and stay killable; when CMD
 exits it SIGKILLs and reaps all of its remaining children, then exits as CMD did (re-raising the
 signal that ended it, so the parent sees the same wait status). Standard library only; CMD's
 inherited fds pass through.
+
+`python -I -S .../sandbox/reaper.py --die-with-parent PID CMD...`: exec CMD with a parent-death
+signal (SIGKILL), so that it dies when agentforge dies, even by SIGKILL; `unshare` (which has no
+--die-with-parent of its own) is started this way.
+
+Job folders: each job's folder holds `owner.lock`, locked (flock) by the process that runs the
+job for as long as it does. The kernel drops the lock when that process dies, however it dies,
+so a later run that finds a folder whose lock it can take knows its owner is gone and removes
+it (`claim_job_dir`, `remove_dead_job_dirs`): a job killed with kill -9 no longer leaves gigabytes
+of candidate output in /tmp for good.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
+import fcntl
 import os
 import resource
+import shutil
 import signal
+import stat
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_PDEATHSIG = 1
+LOCK_NAME = "owner.lock"
+JOB_PREFIXES = ("job-", "docker-job-")
+
+
+class JobClaim:
+    """The lock that marks a job folder as in use; `release` before or after removing the folder."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd: int | None = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def claim_job_dir(job_dir: str | os.PathLike[str]) -> JobClaim:
+    """Mark `job_dir` (just created, empty) as owned by this process until `release` or death.
+
+    The lock is taken on a temporary name and renamed into place, so a sweeping process never
+    sees an `owner.lock` that is not locked yet.
+    """
+    path = Path(job_dir)
+    tmp = path / f".{LOCK_NAME}.{os.getpid()}"
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        os.rename(tmp, path / LOCK_NAME)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    return JobClaim(fd)
+
+
+def remove_dead_job_dirs(root: str | os.PathLike[str]) -> list[str]:
+    """Remove the job folders under `root` whose owner is dead; returns what was removed.
+
+    A folder is removed only when it holds an `owner.lock` that nobody holds: folders of live
+    jobs, folders being created, and folders kept on purpose (`keep_workdir`, whose lock file is
+    deleted when the job ends) are left alone.
+    """
+    removed = []
+    for job_dir in _job_dirs(root):
+        with _dead_owner(job_dir) as dead:
+            if dead:
+                _make_removable(job_dir)
+                shutil.rmtree(job_dir, ignore_errors=True)
+                removed.append(str(job_dir))
+    return removed
+
+
+def _job_dirs(root: str | os.PathLike[str]) -> Iterator[Path]:
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return
+    for entry in entries:
+        if entry.name.startswith(JOB_PREFIXES) and entry.is_dir(follow_symlinks=False):
+            yield Path(entry.path)
+
+
+@contextlib.contextmanager
+def _dead_owner(job_dir: Path) -> Iterator[bool]:
+    """True (holding the lock while the caller removes the folder) when the owner is gone."""
+    try:
+        fd = os.open(job_dir / LOCK_NAME, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
+def _make_removable(job_dir: Path) -> None:
+    """A candidate may leave directories without write or search permission (chmod 000): give
+    them back to us so rmtree can empty them. Symlinks are never followed."""
+    for root, dirs, _files in os.walk(job_dir):  # top-down: each is opened up before it is entered
+        for name in dirs:
+            path = os.path.join(root, name)
+            with contextlib.suppress(OSError):
+                if not os.path.islink(path):
+                    os.chmod(path, stat.S_IRWXU)
 
 
 def _children() -> list[int]:
@@ -55,10 +164,33 @@ def _kill_rest() -> None:
         time.sleep(0.01)
 
 
+PARENT_DIED = signal.SIGUSR1
+
+
+def _parent_died(_signum: int, _frame: object) -> None:
+    _kill_rest()
+    os._exit(128 + signal.SIGKILL)
+
+
+def exec_with_parent_death(parent: int, argv: list[str]) -> None:
+    """Exec `argv` in this process, which is killed when its parent dies (even if the parent was
+    already gone before the signal was armed)."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(137)
+    os.execvp(argv[0], argv)
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--die-with-parent"]:
+        exec_with_parent_death(int(argv[1]), argv[2:])
     libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
     libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: die with the sandbox parent
+    # When agentforge dies (even by SIGKILL) the kernel sends PARENT_DIED: the reaper then kills
+    # the whole job, grandchildren included (dying at once by SIGKILL would orphan them to init).
+    signal.signal(PARENT_DIED, _parent_died)
+    libc.prctl(_PR_SET_PDEATHSIG, PARENT_DIED, 0, 0, 0)
     pid = os.fork()
     if pid == 0:
         try:

@@ -13,6 +13,7 @@ import signal
 import socket
 
 from agentforge.evaluator.result import ErrorRecord, EvalJob, EvalProvenance, EvalResult, Stage, Status
+from agentforge.sandbox.watchdog import Breach
 
 from agentforge.candidate import code_hash
 
@@ -48,11 +49,18 @@ class RunInfo:
     sandbox: str
     started_at: str
     duration_s: float
+    isolation: str = ""  # bwrap | unshare | none | docker (EvalProvenance.isolation)
 
 
 def provenance(job: EvalJob, info: RunInfo) -> EvalProvenance:
     return EvalProvenance(track=job.track, host=socket.gethostname(), started_at=info.started_at,
-                          duration_s=info.duration_s, sandbox=info.sandbox)
+                          duration_s=info.duration_s, sandbox=info.sandbox, isolation=info.isolation)
+
+
+def stamp(result: EvalResult, sandbox: str, isolation: str) -> EvalResult:
+    """The child's own verdict with what only the parent knows: the sandbox and its isolation."""
+    prov = dataclasses.replace(result.provenance, sandbox=sandbox, isolation=isolation)
+    return dataclasses.replace(result, provenance=prov)
 
 
 def failure(job: EvalJob, status: Status, error: ErrorRecord, info: RunInfo) -> EvalResult:
@@ -75,6 +83,24 @@ def memory_limit(job: EvalJob, rss_bytes: int, limit_gb: float, stderr_tail: str
                f"exceeded the {limit_gb:g} GiB limit")
     error = ErrorRecord(type="MemoryLimit", message=message, signal=int(signal.SIGKILL),
                         stderr_tail=stderr_tail)
+    return failure(job, Status.CRASH, error, info)
+
+
+_BREACH_TYPES = {"memory": "MemoryLimit", "processes": "ProcessLimit", "disk": "DiskLimit"}
+
+
+def over_limit(job: EvalJob, breach: Breach, stderr_tail: str, info: RunInfo) -> EvalResult:
+    """The watchdog killed the tree for going over a limit."""
+    gib = 2**30
+    message = {
+        "memory": f"memory of the job's processes {breach.used / gib:.2f} GiB (shared pages counted once) "
+                  f"exceeded the {breach.limit / gib:g} GiB limit (sandbox.memory_gb)",
+        "processes": f"the job ran {breach.used} processes at once, its limit is {breach.limit}: a fork burst",
+        "disk": f"the job's files (work folder, /tmp, /dev/shm) took {breach.used / gib:.2f} GiB, over the "
+                f"{breach.limit / gib:g} GiB limit (sandbox.disk_gb)",
+    }[breach.kind]
+    error = ErrorRecord(type=_BREACH_TYPES[breach.kind], message=f"the watchdog killed the child: {message}",
+                        signal=int(signal.SIGKILL), stderr_tail=stderr_tail)
     return failure(job, Status.CRASH, error, info)
 
 

@@ -1,10 +1,20 @@
-"""The parent's view of a child's process tree: who is in it, how much memory it holds, ending it.
+"""The parent's view of a child's process tree: who is in it, what it holds, ending it.
 
 Descendants are found through /proc (parent links), remembered with their start time so that a
 reused pid is never killed by mistake, and killed at the end even if they left the process group
-(`setsid`) or were re-parented to init. The resident-set total is what the memory watchdog
-compares with `SandboxConfig.memory_gb` (the only memory limit on CUDA jobs, where RLIMIT_AS
-cannot be used).
+(`setsid`) or were re-parented to init.
+
+`check()` is the watchdog's question, asked a few times a second while the job runs; the first
+limit the tree is over is the verdict:
+
+- memory (`SandboxConfig.memory_gb`; the only memory limit on CUDA jobs, where RLIMIT_AS cannot
+  be used): the resident-set sum is cheap but counts a page shared by N processes N times, so a
+  fork burst of a process that imported torch "used" 21 GiB; above the limit the proportional set
+  (PSS: each shared page divided among its sharers) decides;
+- processes (`max_processes`): as many processes at once as the limit allows is a fork burst,
+  named as such (RLIMIT_NPROC stops it below root; as root it is the only process limit);
+- disk (`disk_gb`): the bytes allocated in the job's folders (its work folder) plus the private
+  /tmp and /dev/shm tmpfs of the job's mount namespace, where it has one (bwrap, unshare).
 """
 
 from __future__ import annotations
@@ -12,11 +22,22 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+DISK_PERIOD_S = 0.5  # walking the work folder costs more than reading /proc: at most this often
+PRIVATE_TMPFS = ("tmp", "dev/shm")  # fresh in a sandbox's mount namespace, counted towards disk
+
+
+@dataclass(frozen=True)
+class Breach:
+    """A limit the tree went over, as the watchdog measured it."""
+
+    kind: str  # memory | processes | disk
+    used: int  # bytes, or processes
+    limit: int
 
 
 def _stat(pid: int) -> tuple[int, int] | None:
@@ -36,10 +57,85 @@ def _rss_bytes(pid: int) -> int:
         return 0
 
 
+def _pss_bytes(pid: int) -> int:
+    """Proportional set size: shared pages divided among the processes that map them."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, IndexError, ValueError):
+        pass
+    return _rss_bytes(pid)  # kernels without smaps_rollup, or a process gone meanwhile
+
+
+def allocated_bytes(paths: Iterable[str]) -> int:
+    """Bytes allocated on disk under `paths` (blocks, so sparse files count what they hold; hard
+    links once; symlinks not followed)."""
+    total, seen, todo = 0, set(), [p for p in paths if os.path.isdir(p)]
+    while todo:
+        try:
+            entries = list(os.scandir(todo.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if (info.st_dev, info.st_ino) in seen:
+                continue
+            seen.add((info.st_dev, info.st_ino))
+            total += info.st_blocks * 512
+            if entry.is_dir(follow_symlinks=False):
+                todo.append(entry.path)
+    return total
+
+
+def _mount_ns(pid: int | str) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return None
+
+
+def private_tmpfs_bytes(pids: Iterable[int]) -> int:
+    """Bytes used in the /tmp and /dev/shm of each mount namespace (other than ours) the tree's
+    processes live in, where those are private mounts (another filesystem than ours at the same
+    place: the fresh tmpfs of bwrap and unshare, which only this job writes)."""
+    ours, done, total = _mount_ns("self"), set(), 0
+    for pid in pids:
+        ns = _mount_ns(pid)
+        if ns is None or ns == ours or ns in done:
+            continue
+        used = [_private_used(f"/proc/{pid}/root/{where}", f"/{where}") for where in PRIVATE_TMPFS]
+        if None in used:
+            continue  # not readable through this process (gone, or not dumpable): try another
+        done.add(ns)
+        total += sum(u for u in used if u is not None)
+    return total
+
+
+def _private_used(path: str, ours: str) -> int | None:
+    """Bytes used on the filesystem at `path` if it is not the one we have at `ours` (0 when it
+    is: the host's own /tmp, seen before the sandbox mounted its tmpfs); None when unreadable."""
+    try:
+        if os.stat(path).st_dev == os.stat(ours).st_dev:
+            return 0
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
 @dataclass
 class ProcessTree:
     root: int
     seen: dict[int, int] = field(default_factory=dict)  # pid -> start time, ever seen in the tree
+    memory_limit: int | None = None  # bytes; None: not watched
+    process_limit: int | None = None
+    disk_limit: int | None = None  # bytes, over `watch_dirs` and the private tmpfs
+    watch_dirs: tuple[str, ...] = ()
+    _next_disk: float = 0.0
 
     def __post_init__(self) -> None:
         info = _stat(self.root)
@@ -66,6 +162,22 @@ class ProcessTree:
 
     def rss_bytes(self) -> int:
         return sum(_rss_bytes(pid) for pid in self.scan())
+
+    def check(self) -> Breach | None:
+        """The first limit the tree is over now, or None."""
+        members = self.scan()
+        if self.process_limit is not None and len(members) >= self.process_limit:
+            return Breach("processes", len(members), self.process_limit)
+        if self.memory_limit is not None and sum(_rss_bytes(pid) for pid in members) > self.memory_limit:
+            pss = sum(_pss_bytes(pid) for pid in members)  # ~2 ms a process: only when it matters
+            if pss > self.memory_limit:
+                return Breach("memory", pss, self.memory_limit)
+        if self.disk_limit is not None and time.monotonic() >= self._next_disk:
+            self._next_disk = time.monotonic() + DISK_PERIOD_S
+            used = allocated_bytes(self.watch_dirs) + private_tmpfs_bytes(members)
+            if used > self.disk_limit:
+                return Breach("disk", used, self.disk_limit)
+        return None
 
     def kill(self, pgid: int, grace_s: float, reap: Callable[[], object] = lambda: None) -> None:
         """SIGTERM the process group, SIGKILL it after `grace_s` if anyone is left, then SIGKILL
