@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import BinaryIO
 
 from agentforge.evaluator.result import EvalJob, EvalResult
-from agentforge.sandbox import channel, isolation, verdict
+from agentforge.sandbox import channel, isolation, reaper, verdict
 from agentforge.sandbox.config import SandboxConfig
 from agentforge.sandbox.request import ChildRequest, Limits
-from agentforge.sandbox.watchdog import ProcessTree
+from agentforge.sandbox.watchdog import Breach, ProcessTree
 
 from agentforge.candidate import code_hash
 
@@ -89,7 +89,7 @@ class _Outcome:
 
     data: bytes = b""
     timed_out: bool = False
-    rss_killed: int = 0  # resident bytes when the watchdog fired; 0 when it did not
+    breach: Breach | None = None  # the limit the watchdog killed the tree for
     overflow: bool = False
 
 
@@ -101,6 +101,7 @@ class ProcessBackend:
     def __init__(self, config: SandboxConfig | None = None) -> None:
         self.config = config or SandboxConfig()
         isolation.resolve_mode(self.config.isolation)  # an explicit mode that cannot run fails here
+        reaper.remove_dead_job_dirs(self.config.workdir_root)  # left by runs killed before they cleaned up
 
     def run(self, job: EvalJob) -> EvalResult:
         started, clock = verdict.now(), time.monotonic()
@@ -108,6 +109,7 @@ class ProcessBackend:
         try:
             root.mkdir(parents=True, exist_ok=True)
             job_dir = Path(tempfile.mkdtemp(prefix="job-", dir=root))
+            claim = reaper.claim_job_dir(job_dir)
         except OSError as exc:
             info = verdict.RunInfo("process", started, time.monotonic() - clock)
             return verdict.sandbox_error(job, f"cannot create a workdir under {root}: {exc}", info)
@@ -119,6 +121,8 @@ class ProcessBackend:
         finally:
             if not self.config.keep_workdir:
                 shutil.rmtree(job_dir, ignore_errors=True)
+            (job_dir / reaper.LOCK_NAME).unlink(missing_ok=True)  # a kept workdir is not a dead job's
+            claim.release()
 
     def run_many(self, jobs: Sequence[EvalJob], workers: int = 1,
                  on_result: Callable[[int, EvalResult], None] | None = None) -> list[EvalResult]:
@@ -134,7 +138,8 @@ class ProcessBackend:
         python = cfg.python or sys.executable
         plan = isolation.plan(cfg.isolation, str(workdir), cache,
                               isolation.child_paths(python, cfg.python_paths), cfg.sandbox_uid,
-                              fallback_cache=str(Path(cfg.workdir_root) / f"cache-{cfg.sandbox_uid}"), python=python)
+                              fallback_cache=str(Path(cfg.workdir_root) / f"cache-{cfg.sandbox_uid}"), python=python,
+                              tmpfs_bytes=int(cfg.disk_gb * 2**30))
         if plan.drop_to_uid is not None:
             for path in (workdir, workdir / "tmp"):
                 os.chown(path, plan.drop_to_uid, plan.drop_to_uid)
@@ -146,7 +151,7 @@ class ProcessBackend:
                                torch_switches=cfg.torch_switches)
         with open(job_dir / "stdout.txt", "w+b") as out, open(job_dir / "stderr.txt", "w+b") as err:
             def info() -> verdict.RunInfo:
-                return verdict.RunInfo(plan.description, started, time.monotonic() - clock)
+                return verdict.RunInfo(plan.description, started, time.monotonic() - clock, plan.mode)
 
             try:
                 outcome, returncode, nonce = self._spawn_and_wait(request, plan, python, out, err)
@@ -176,7 +181,8 @@ class ProcessBackend:
         os.close(res_w)
         frame = channel.encode_frame(request.to_json().encode(), nonce)
         threading.Thread(target=_write_and_close, args=(req_w, frame), daemon=True).start()
-        tree = ProcessTree(proc.pid)
+        tree = ProcessTree(proc.pid, memory_limit=int(cfg.memory_gb * 2**30), process_limit=cfg.max_processes,
+                           disk_limit=int(cfg.disk_gb * 2**30), watch_dirs=(request.workdir,))
         try:
             outcome = _wait(proc, res_r, tree, cfg)
         finally:
@@ -189,12 +195,11 @@ class ProcessBackend:
                  plan: isolation.IsolationPlan, stderr_tail: str, info: verdict.RunInfo) -> EvalResult:
         parsed, problem = _parse(outcome, nonce, job)
         if parsed is not None:
-            prov = dataclasses.replace(parsed.provenance, sandbox=plan.description)
-            return dataclasses.replace(parsed, provenance=prov)
+            return verdict.stamp(parsed, plan.description, plan.mode)
         if outcome.timed_out:
             return verdict.timeout(job, self.config.timeout_s, stderr_tail, info)
-        if outcome.rss_killed:
-            return verdict.memory_limit(job, outcome.rss_killed, self.config.memory_gb, stderr_tail, info)
+        if outcome.breach is not None:
+            return verdict.over_limit(job, outcome.breach, stderr_tail, info)
         return verdict.crashed(job, returncode, plan.mode == "bwrap", problem, stderr_tail, info,
                                garbled=bool(outcome.data))
 
@@ -236,7 +241,6 @@ def _wait(proc: subprocess.Popen[bytes], res_r: int, tree: ProcessTree, cfg: San
     deadline = time.monotonic() + cfg.timeout_s
     next_check = time.monotonic()
     channel_open = True
-    rss_limit = cfg.memory_gb * 2**30
     try:
         while True:
             now = time.monotonic()
@@ -245,9 +249,8 @@ def _wait(proc: subprocess.Popen[bytes], res_r: int, tree: ProcessTree, cfg: San
                 break
             if now >= next_check:
                 next_check = now + WATCHDOG_PERIOD_S
-                rss = tree.rss_bytes()
-                if rss > rss_limit:
-                    outcome.rss_killed = rss
+                outcome.breach = tree.check()
+                if outcome.breach is not None:
                     break
             waits = ([res_r] if channel_open else []) + ([pidfd] if pidfd is not None else [])
             timeout = max(0.0, min(deadline, next_check) - now)
