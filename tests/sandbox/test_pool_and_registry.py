@@ -115,7 +115,11 @@ def test_isolation_that_cannot_run_is_a_configuration_error(monkeypatch: pytest.
     monkeypatch.setattr(isolation, "probe", lambda mode: reasons[mode])
     with pytest.raises(SandboxUnavailable, match="'bwrap' is unavailable: bwrap is not installed"):
         get_backend("process", SandboxConfig(isolation="bwrap"))
-    assert isolation.resolve_mode("auto") == "none"
+    monkeypatch.setattr(isolation, "is_root", lambda: False)
+    assert isolation.resolve_mode("auto") == "none"  # not as root: said in each verdict's isolation
+    monkeypatch.setattr(isolation, "is_root", lambda: True)
+    with pytest.raises(SandboxUnavailable, match="--isolation none"):
+        isolation.resolve_mode("auto")
 
 
 def test_unusable_workdir_root_is_a_sandbox_error_value(tmp_path: Path) -> None:
