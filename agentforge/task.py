@@ -454,6 +454,10 @@ class TaskText:
     path: Path | None = None
     shape_names: tuple[str, ...] | None = None
 
+    @property
+    def source_hash(self) -> str:
+        return hashlib.sha256(self.source.encode()).hexdigest()[:16]
+
 
 def read_task(ref: str | Path, root: Path | None = None) -> TaskText:
     """Find and read a task as `load_task` does, without importing it."""

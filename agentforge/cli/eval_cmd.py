@@ -1,10 +1,10 @@
 """`agentforge eval TASK CANDIDATE`: one verdict from the hardened evaluator.
 
-The task file is never imported in this process (a task may sleep or print at import): its shape
-names are read from its syntax tree, and a sandbox child imports it and sizes its shapes on the
-meta device before anything is built. A task that fails there, or in the evaluator's own check of
-its reference, is a `task_error`, never the candidate's fault. A shape whose evaluation would not
-fit in the memory this machine gives the sandbox is refused up front, naming the shapes that fit.
+The task file is never imported in this process (a task may sleep or print at import): before
+anything is built, `agent.preflight` reads its shape names from its text and has a sandbox child
+import it and size its shapes. A task that fails there, or in the evaluator's own check of its
+reference, is a `task_error`, never the candidate's fault. A shape whose evaluation would not fit
+in the memory this machine gives the sandbox is refused up front, naming the shapes that fit.
 
 Exit status: 0 when the candidate was evaluated, whatever the verdict; 2 when it could not be: a
 usage error (an unknown shape, a missing file), a task error, a shape that does not fit, a sandbox
@@ -29,21 +29,11 @@ from typer.core import TyperCommand
 from agentforge.cli.common import console, err_console
 
 if TYPE_CHECKING:
-    from agentforge.evaluator.result import EvalJob, EvalResult
-    from agentforge.sandbox.config import SandboxConfig
+    from agentforge.evaluator.result import EvalResult
     from agentforge.settings import Settings
+    from agentforge.task import TaskText
 
 EXIT_REFUSED = 2
-PROBE_ENTRY = "agentforge.task:probe_entry"
-PROBE_TIMEOUT_S = 120.0  # importing a task and sizing its shapes on the meta device
-# What one evaluation holds at its peak, summed over the sandbox's process tree (the quantity its
-# memory watchdog limits): about BASE plus FACTOR times one call's tensors (inputs, outputs,
-# parameters) at the task's dtype. Measured on level1/relu variants with `benchmarks`-style
-# polling of the tree's RSS (2-core CPU VM, torch 2.13, eager and torch.compile baselines):
-# 2.8 GiB at 1 KB of tensors, 9.9 GiB at 128 MiB, about 40-57x the tensors beyond the base
-# (float64 reference copies, pristine inputs, a pool of fresh inputs for timing, compile baselines).
-FOOTPRINT_BASE_BYTES = 3 * 2**30
-FOOTPRINT_FACTOR = 56
 
 
 class Refused(Exception):
@@ -124,23 +114,21 @@ def eval_command(
 # ----- the steps ------------------------------------------------------------------------------
 def _evaluate(task_ref: str, candidate: Path, flags: dict[str, Any], config: str | None,
               shapes: tuple[str, ...], timing: bool, compile_baseline: bool) -> EvalResult:
-    from agentforge.candidate import Candidate, code_hash, guess_backend
+    from agentforge.agent.preflight import PreflightError, check_text, preflight
+    from agentforge.candidate import Candidate, guess_backend
     from agentforge.evaluator.api import default_device, evaluate, make_job
     from agentforge.evaluator.result import Measure
     from agentforge.sandbox.config import from_settings
-    from agentforge.task import TaskText, model_hub_use
 
     settings = _settings(flags, config)
     task = _read_task(task_ref, settings)
-    hub = model_hub_use(task.source)
-    if hub is not None:
-        raise Refused("ModelHub", f"{task.path}: needs a model hub ({hub}; KernelBench level 4), which "
-                      "agentforge does not download from", task.name)
     try:
+        check_text(task, shapes)  # before reading anything else: these need no process at all
         source = candidate.read_text()
+    except PreflightError as exc:
+        raise Refused(exc.kind, exc.message, exc.task_name, **exc.extra) from exc
     except OSError as exc:
         raise Refused("NoCandidate", f"cannot read the candidate {candidate}: {exc.strerror}", task.name) from exc
-    _check_shape_names(task, shapes)
     chosen = settings.eval.backend if settings.eval.backend != "auto" else guess_backend(source)
     where = settings.eval.device if settings.eval.device != "auto" else default_device(chosen)
     measure = Measure(timing=timing, baselines=("eager", "compile") if compile_baseline else ("eager",),
@@ -148,16 +136,11 @@ def _evaluate(task_ref: str, candidate: Path, flags: dict[str, Any], config: str
     job = make_job(task, Candidate(source, chosen), device=where, track=settings.eval.track, shapes=shapes,
                    measure=measure, cuda_arch=settings.eval.cuda_arch, cache_dir=settings.cache_dir)
     sandbox = from_settings(settings.sandbox, settings.cache_dir)
-    probe = _probe(job, sandbox)
-    if probe.status.value != "ok":
-        return _replace(probe, candidate_hash=code_hash(source))
-    figures = probe.candidate_meta["task_probe"]
-    known = tuple(figures["shapes"])
-    if task.shape_names is None:  # SHAPES was not a literal: the sandbox told us its names
-        _check_shape_names(TaskText(task.name, task.source, task.path, known), shapes)
-    wanted = ("default",) if settings.eval.track == "kernelbench" else (shapes or known)
-    _check_memory(task.name, figures, wanted, known, settings, where)
-    return evaluate(job, sandbox)
+    try:
+        failed = preflight(task, job, sandbox, settings.sandbox.memory_gb)
+    except PreflightError as exc:
+        raise Refused(exc.kind, exc.message, exc.task_name, **exc.extra) from exc
+    return failed if failed is not None else evaluate(job, sandbox)
 
 
 def _settings(flags: dict[str, Any], config: str | None) -> Settings:
@@ -169,89 +152,13 @@ def _settings(flags: dict[str, Any], config: str | None) -> Settings:
         raise Refused("SettingsError", f"settings: {exc}") from exc
 
 
-def _read_task(ref: str, settings: Settings):
+def _read_task(ref: str, settings: Settings) -> TaskText:
     from agentforge.task import TaskLoadError, read_task
 
     try:
         return read_task(ref, Path(settings.tasks_root).expanduser() if settings.tasks_root else None)
     except TaskLoadError as exc:
         raise Refused("NoSuchTask", str(exc)) from exc
-
-
-def _check_shape_names(task, shapes: tuple[str, ...]) -> None:
-    """An unknown --shape is a usage error, decided from the file's text (or the probe's list)."""
-    if task.shape_names is None:
-        return
-    unknown = [s for s in shapes if s not in task.shape_names]
-    if unknown:
-        listed = ", ".join(repr(s) for s in unknown)
-        raise Refused("UnknownShape", f"{task.name} has no shape {listed}; its shapes: {', '.join(task.shape_names)}",
-                      task.name, shapes=list(task.shape_names))
-
-
-def _probe(job: EvalJob, sandbox: SandboxConfig) -> EvalResult:
-    """The task imported and its shapes sized in a sandbox child (no candidate code there). Any
-    failure but the sandbox's own is the task's: it was the only code that ran."""
-    import dataclasses
-
-    from agentforge.evaluator.api import evaluate
-    from agentforge.evaluator.result import ErrorRecord, Stage, Status
-
-    config = sandbox.replace(entry=PROBE_ENTRY, timeout_s=min(sandbox.timeout_s, PROBE_TIMEOUT_S))
-    result = evaluate(dataclasses.replace(job, candidate_source=""), config)
-    error = result.error or ErrorRecord(type="NoResult", message="no verdict")
-    if result.status in (Status.OK, Status.TASK_ERROR) or error.type == "SandboxError":
-        return result
-    if result.status == Status.TIMEOUT:
-        kind, what = "TaskTimeout", f"importing it and sizing its shapes ran past {config.timeout_s:g} s"
-    elif error.type == "MemoryLimit":
-        kind, what = "TaskMemoryError", f"importing it ran out of memory ({error.message})"
-    else:
-        kind = "TaskLoadError"
-        what = f"the process importing it ended without a verdict ({error.type}: {error.message})"
-    error = dataclasses.replace(error, type=kind, message=f"task {job.task_name}: {what}"[:2000])
-    return dataclasses.replace(result, status=Status.TASK_ERROR, stage=Stage.TASK, error=error)
-
-
-def _check_memory(name: str, figures: dict[str, Any], wanted: tuple[str, ...], known: tuple[str, ...],
-                  settings: Settings, device: str) -> None:
-    """Refuse, before anything is built, a shape whose evaluation cannot fit here."""
-    budget, where = _memory_budget(figures.get("memory") or {}, settings, device)
-    needed = {s: _needed_bytes(figures["shapes"].get(s) or {}) for s in known}
-    too_big = [s for s in wanted if needed[s] is not None and (budget is None or needed[s] > budget)]
-    if not too_big or budget is None:
-        return
-    fit = [s for s in known if needed[s] is not None and needed[s] <= budget]
-    sizes = ", ".join(f"'{s}' needs about {_gib(needed[s])}" for s in too_big)
-    advice = (f"shapes that fit: {', '.join(fit)} (run with {' '.join(f'--shape {s}' for s in fit)})" if fit
-              else "no shape of it fits")
-    raise Refused("ShapeTooLarge", f"{name}: {sizes} to evaluate, more than the {_gib(budget)} {where}; {advice}",
-                  name, shapes_that_fit=fit, needed_bytes=needed, available_bytes=budget)
-
-
-def _memory_budget(memory: dict[str, Any], settings: Settings, device: str) -> tuple[float | None, str]:
-    if memory.get("kind") == "cuda":
-        free = memory.get("free_bytes")
-        return free, f"free on {device}"
-    # The machine's size, not its momentary free memory: a verdict on what fits should not change
-    # with what else happens to run.
-    limit = float(settings.sandbox.memory_gb) * 2**30
-    total = memory.get("total_bytes")
-    if total is not None and total < limit:
-        return float(total), "this machine has"
-    return limit, f"the sandbox may use (sandbox.memory_gb = {settings.sandbox.memory_gb:g})"
-
-
-def _needed_bytes(footprint: dict[str, Any]) -> float | None:
-    """The estimated peak of one evaluation of a shape, from the probe's figures; None when the
-    shape could not be sized (the evaluator's own task check will tell what is wrong with it)."""
-    if footprint.get("too_large"):
-        return float("inf")
-    if "inputs" not in footprint:
-        return None
-    calls = footprint["inputs"] + (footprint["outputs"] if footprint["outputs"] is not None else footprint["inputs"])
-    tensors = max(calls, footprint.get("declared") or 0.0) + footprint["params"]
-    return FOOTPRINT_BASE_BYTES + FOOTPRINT_FACTOR * tensors
 
 
 # ----- output ---------------------------------------------------------------------------------
@@ -334,16 +241,6 @@ def _write_fd(fd: int, text: str) -> None:
 def _write_stdout(text: str) -> None:
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
-
-
-def _replace(result: EvalResult, **changes: Any) -> EvalResult:
-    import dataclasses
-
-    return dataclasses.replace(result, **changes)
-
-
-def _gib(value: float) -> str:
-    return "an unmeasurable amount" if value == float("inf") else f"{value / 2**30:.1f} GiB"
 
 
 def _one_line(exc: BaseException) -> str:
