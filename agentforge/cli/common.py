@@ -35,3 +35,16 @@ def say_error(message: str) -> None:
 
     err_console.print(Text("error: ", style="red") + Text(" ".join(message.split())), soft_wrap=True,
                       highlight=False)
+
+
+def check_sandbox(settings: Any) -> None:
+    """Before any work: a sandbox that cannot run here is an error now (SandboxUnavailable, one
+    line), not after a run folder was made; `auto` that means no isolation at all is said."""
+    if settings.sandbox.kind != "process":
+        return
+    from agentforge.sandbox import isolation
+
+    if isolation.resolve_mode(settings.sandbox.isolation) == "none" and settings.sandbox.isolation == "auto":
+        err_console.print("warning: neither bubblewrap nor unshare works here, so candidates run without "
+                          "filesystem or network isolation (install bubblewrap; --isolation none silences this)",
+                          soft_wrap=True, markup=False, highlight=False)

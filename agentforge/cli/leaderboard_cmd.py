@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from agentforge.cli.common import build_settings, console, err_console, say_error
+from agentforge.cli.common import build_settings, check_sandbox, console, err_console, say_error
 
 SUITE_HELP = "tasks | tasks:level1,level2 | level1 | kernelbench:PATH[:level1] | a .toml list of tasks"
 HOLDOUT_HELP = ("TOML file with the secret seed and shapes of a ranked run (keep it where candidates "
@@ -198,6 +198,8 @@ def _prepare(
     from agentforge.store import ResultsStore
     from agentforge.task import default_tasks_root
 
+    if ray is None and settings.sandbox.kind != "ray":
+        check_sandbox(settings)
     chosen = tuple(tracks or TRACKS)
     unknown = [t for t in chosen if t not in TRACKS]
     if unknown:

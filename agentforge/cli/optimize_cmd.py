@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from agentforge.cli.common import build_settings, console, err_console, say_error
+from agentforge.cli.common import build_settings, check_sandbox, console, err_console, say_error
 from agentforge.settings import describe
 
 QUICK_TIMING = {"max_reps": 40, "time_cap_s": 1.0}
@@ -53,6 +53,7 @@ def optimize_command(
         agent__max_cost_usd=max_cost_usd, agent__max_minutes=max_minutes, runs_dir=out,
         sandbox__isolation=isolation,
     )
+    check_sandbox(settings)
     from agentforge.agent.run import RunError, optimize
     from agentforge.cli import errors
     from agentforge.evaluator.result import TimingConfig

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from rich.console import Console
 from rich.table import Table
 
@@ -55,14 +57,33 @@ def render_result(console: Console, result: EvalResult) -> None:
     if result.profile is not None and not result.profile.available:
         console.print(f"profile: unavailable ({result.profile.reason})")
     if result.error is not None:
-        console.print(f"[red]{result.error.type}[/red]: {result.error.message}")
+        console.print(f"[red]{result.error.type}[/red]: ", end="")
+        console.print(result.error.message, markup=False, highlight=False)
         tail = result.error.stderr_tail or result.error.traceback_tail
+        first = first_error_line(tail) if result.compile is not None and not result.compile.ok else None
+        if first and first not in tail[-TAIL_CHARS:]:
+            console.print(f"first error: {first}", markup=False, highlight=False, soft_wrap=True)
+            console.print(f"... last {TAIL_CHARS} characters of the compiler output:", style="dim")
         if tail:
-            console.print(tail[-1500:], markup=False, highlight=False)
+            console.print(tail[-TAIL_CHARS:], markup=False, highlight=False)
     prov = result.provenance
     device = prov.device.name if prov.device else "?"
     console.print(f"[dim]track {prov.track}, {device}, torch {prov.versions.get('torch')}, "
                   f"{prov.duration_s:.1f} s, sandbox {prov.sandbox or 'in-process'}[/dim]")
+
+
+TAIL_CHARS = 1500
+# A compiler's diagnostic line: "file:line:col: error: ...", "error: ...", nvcc's "file(line): error".
+_ERROR_LINE = re.compile(r"(^|[:\s)])(fatal )?error\b", re.IGNORECASE)
+
+
+def first_error_line(text: str) -> str | None:
+    """The first diagnostic that says error: with thousands of follow-on errors the cause is the
+    first one, and a tail shows only the last."""
+    for line in text.splitlines():
+        if not line.startswith("$ ") and _ERROR_LINE.search(line):
+            return line.strip()
+    return None
 
 
 def _num(value: float | None) -> str:
