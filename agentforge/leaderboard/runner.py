@@ -4,6 +4,12 @@ Both paths turn (task, sample, track) into an EvalJob, skip jobs whose key is al
 results store, hand the rest to an executor (the local process pool, or Ray), and store each
 result as it arrives, so an interrupted run resumes where it stopped and a result reported
 twice is stored once.
+
+Task files are read here, never imported (they run only in sandbox children). A task that fails
+on its own (`task_error`: it does not import, or its inputs or reference fail) fails every job of
+it, whatever the candidate: one job per task runs first, and a task that comes back task_error
+has its other jobs skipped, nothing stored against the entry, and the reason in
+`RunReport.task_errors`.
 """
 
 from __future__ import annotations
@@ -20,11 +26,11 @@ from typing import Any
 
 from agentforge.candidate import Candidate, Provenance, code_hash
 from agentforge.evaluator.api import make_job as evaluator_make_job
-from agentforge.evaluator.result import EvalJob, EvalResult, Measure
+from agentforge.evaluator.result import EvalJob, EvalResult, Measure, Status
 from agentforge.leaderboard.kernels_dir import scan_kernels
 from agentforge.leaderboard.suites import Holdout, Suite, SuiteTask
 from agentforge.store import ResultsStore
-from agentforge.task import Task
+from agentforge.task import TaskText
 
 # jobs, on_result(result) -> results in job order
 Executor = Callable[[Sequence[EvalJob], Callable[[EvalResult], None]], list[EvalResult]]
@@ -57,7 +63,9 @@ class RunReport:
     stored: int = 0
     stored_elsewhere: int = 0  # evaluated here, but another run stored the same job first
     unmatched: list[Path] = field(default_factory=list)
-    results: list[EvalResult] = field(default_factory=list)
+    results: list[EvalResult] = field(default_factory=list)  # of the jobs that ran, in plan order
+    task_errors: dict[str, str] = field(default_factory=dict)  # task -> why it failed on its own
+    skipped_task_error: int = 0  # jobs not run because their task failed on its own
 
 
 def job_key(entry: str, suite: str, track: str, task: str, sample: int, source: str) -> str:
@@ -82,7 +90,7 @@ def make_job(
     """One evaluation job, built by the evaluator's `make_job` (it knows each track's settings)."""
     backend = detect_backend(source) if options.backend == "detect" else options.backend
     candidate = Candidate(source=source, backend=backend, provenance=Provenance(source="file"))
-    job = evaluator_make_job(Task(task.name, task.path.read_text(), task.path), candidate,
+    job = evaluator_make_job(TaskText(task.name, task.path.read_text(), task.path), candidate,
                              device=options.device, track=track, cache_dir=options.cache_dir,
                              measure=options.measure)
     return dataclasses.replace(job, candidate_meta={**job.candidate_meta, **meta})
@@ -121,13 +129,16 @@ def execute(
 
     def store_one(p: PlannedJob, result: EvalResult) -> None:
         handled.add(p.key)
+        if result.status == Status.TASK_ERROR:  # the task's failure, not the entry's: not scored
+            return
         if store.add_evaluation(p.key, entry=entry, suite=suite.name, task=p.task.name, track=p.track,
                                 sample=p.sample, result=holdout.redact(result)):
             report.stored += 1
         else:  # a run on the same store (another process) stored this job while we evaluated it
             report.stored_elsewhere += 1
 
-    with _progress(progress, description, len(todo)) as advance:
+    ran: dict[str, EvalResult] = {}
+    with _progress(progress, description, len(todo)) as (advance, note):
         def on_result(result: EvalResult) -> None:
             p = by_key.get(str(result.candidate_meta.get("job_key")))
             if p is None:
@@ -137,12 +148,41 @@ def execute(
                     store_one(p, result)
                 advance(result)
 
-        report.results = executor([p.job for p in todo], on_result) if todo else []
+        for wave in _first_job_per_task(todo):
+            wave = [p for p in wave if p.task.name not in report.task_errors]
+            if not wave:
+                continue
+            for p, result in zip(wave, executor([p.job for p in wave], on_result), strict=True):
+                ran[p.key] = result
+                if result.status == Status.TASK_ERROR and p.task.name not in report.task_errors:
+                    report.task_errors[p.task.name] = _task_error_line(result)
+                    note(f"skipped {p.task.name}: {report.task_errors[p.task.name]}")
+        for _ in range(len(todo) - len(ran)):
+            advance(None)
+    report.results = [ran[p.key] for p in todo if p.key in ran]
+    report.skipped_task_error = len(todo) - len(ran)
     # A result the executor returned without reporting it (an executor without callbacks).
-    for p, result in zip(todo, report.results, strict=True):
-        if p.key not in handled:
-            store_one(p, result)
+    for p in todo:
+        if p.key in ran and p.key not in handled:
+            store_one(p, ran[p.key])
     return report
+
+
+def _first_job_per_task(todo: Sequence[PlannedJob]) -> tuple[list[PlannedJob], list[PlannedJob]]:
+    """Two waves: one job of each task, then the rest (run only for tasks that did not fail on
+    their own in the first)."""
+    seen: set[str] = set()
+    first, rest = [], []
+    for p in todo:
+        (rest if p.task.name in seen else first).append(p)
+        seen.add(p.task.name)
+    return first, rest
+
+
+def _task_error_line(result: EvalResult) -> str:
+    error = result.error
+    cause = f"{error.type}: {error.message}" if error is not None else "the task failed"
+    return f"task error, its jobs skipped (the task failed before any candidate code ran): {cause}"
 
 
 def eval_kernels(
@@ -201,7 +241,7 @@ def run_suite(
                              cost_usd=outcome.cost_usd, tokens=outcome.tokens, minutes=outcome.minutes,
                              best_code_hash=_hash(outcome.best_source), summary=summary)
 
-    with _progress(progress, "optimising", len(todo)) as advance:
+    with _progress(progress, "optimising", len(todo)) as (advance, _note):
         pool = ThreadPoolExecutor(max(1, workers))
         try:
             for _ in pool.map(optimise, todo):
@@ -233,10 +273,12 @@ def _hash(source: str | None) -> str | None:
 
 
 @contextmanager
-def _progress(enabled: bool, description: str, total: int) -> Iterator[Callable[[EvalResult | None], None]]:
-    """A rich progress bar (when enabled) and the function that advances it."""
+def _progress(enabled: bool, description: str, total: int
+              ) -> Iterator[tuple[Callable[[EvalResult | None], None], Callable[[str], None]]]:
+    """A rich progress bar (when enabled), the function that advances it, and one that prints a
+    line above it (a skipped task)."""
     if not enabled or total == 0:
-        yield lambda _result: None
+        yield (lambda _result: None), (lambda _line: None)
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -249,4 +291,7 @@ def _progress(enabled: bool, description: str, total: int) -> Iterator[Callable[
             last = f"{result.task_name}: {result.status.value}" if result is not None else ""
             bar.update(handle, advance=1, last=last)
 
-        yield advance
+        def note(line: str) -> None:
+            bar.console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+        yield advance, note
