@@ -23,11 +23,11 @@ from agentforge.evaluator.result import (
     Stage,
     Status,
 )
+from agentforge.sandbox.config import SandboxConfig
 
 from agentforge.leaderboard.executors import make_executor
 from agentforge.leaderboard.runner import JobOptions, eval_kernels
 from agentforge.leaderboard.suites import load_suite
-from agentforge.sandbox.config import SandboxConfig
 from agentforge.store import ResultsStore
 
 GOOD_TASK = '''
