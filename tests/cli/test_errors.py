@@ -90,6 +90,9 @@ def _cases(tmp_path: Path) -> dict[str, Case]:
                               "unknown track 'fast'"),
         "unknown-suite": Case(["leaderboard", "eval", str(tmp_path), "--suite", "nosuchlevel",
                                "--results-url", url, "--backend", "cpu", "--device", "cpu"], "nosuchlevel"),
+        "isolation-refused": Case(
+            ["optimize", str(REPO / "tasks" / "level1" / "relu.py"), "--provider", "library", "--backend", "cpu",
+             "--out", str(tmp_path / "runs")], "--isolation none", env={"PATH": "/nonexistent"}),
         "provider-down": Case(
             ["optimize", str(REPO / "tasks" / "level1" / "relu.py"), "--provider", "openai", "--base-url",
              "http://127.0.0.1:9/v1", "--backend", "cpu", "--out", str(tmp_path / "runs"), "--quick"],
@@ -101,6 +104,8 @@ def _cases(tmp_path: Path) -> dict[str, Case]:
 CASES = ["truncated-db", "corrupt-db", "corrupt-db-report", "garbage-url", "garbage-url-env", "toml-syntax",
          "toml-negative", "toml-list", "env-nan", "env-negative", "config-missing", "unknown-track",
          "unknown-suite", "provider-down"]
+if os.geteuid() == 0:
+    CASES.append("isolation-refused")  # as root, auto without bwrap or unshare refuses
 
 
 @pytest.mark.parametrize("name", CASES)
