@@ -3,6 +3,9 @@
 Rewards read measurements; they never compile or time anything. Each piece is a small frozen
 dataclass, so a `Rewarder` pickles into Ray workers and verl's reward loop unchanged.
 
+    task error    the task failed on its own (status task_error: it did not import, or its inputs
+                  or reference failed) -> `task_error_reward` (default 0) for every completion of
+                  it: not the completion's doing, and equal rewards give its group no signal
     gate          not accepted (any status but ok, not compiled, not correct, or any integrity
                   flag) -> a fixed negative reward (`failure_reward`, default -1)
     significance  a speedup whose log lies within `noise_sigmas` standard errors of zero
@@ -18,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from agentforge.evaluator.result import EvalResult, TimingStats
+from agentforge.evaluator.result import EvalResult, Status, TimingStats
 from agentforge.rl.records import NO_CODE, RewardRecord, provenance_of
 
 
@@ -163,6 +166,7 @@ class RewardConfig:
     shaper_params: dict[str, Any] = field(default_factory=dict)
     failure_reward: float = -1.0  # not compiled, incorrect, crashed, timed out or flagged
     no_code_reward: float | None = None  # a reply with no ModelNew module; None: failure_reward
+    task_error_reward: float = 0.0  # the task failed on its own: the same for every completion of it
     noise_sigmas: float = 2.0
     noise_floor: float = 0.01
     gate_audit_flags: bool = True  # audit-severity integrity flags gate too, not only rejecting ones
@@ -195,6 +199,11 @@ class Rewarder:
             shaper=self.shaper.name, flags=flags, provenance=provenance_of(result), cached=cached,
             meta=dict(meta or {}),
         )
+        if result.status == Status.TASK_ERROR:
+            reward = self.config.task_error_reward
+            why = f"{result.error.type}: {result.error.message}" if result.error is not None else "task error"
+            base["meta"]["task_error"] = why
+            return RewardRecord(accepted=False, reward=reward, components={"task_error": reward}, **base)
         if not result.accepted or flags:
             gate = self.config.failure_reward
             return RewardRecord(accepted=False, reward=gate, components={"gate": gate}, **base)

@@ -10,17 +10,24 @@ A request's timeout starts when its evaluation starts, not while it queues. When
 request gets a `timeout` verdict, its slot is handed to the next job, and the hung evaluation is
 abandoned (the sandbox's own wall-clock limit ends its child): one hung candidate never blocks
 the training step, nor the candidates queued behind it.
+
+A task that fails on its own (a `task_error` verdict: it does not import, or its inputs or
+reference fail) is not evaluated again: later completions for it are answered at once with that
+verdict (the rewarder's `task_error_reward`), the task and the reason land in
+`stats.broken_tasks`, and one warning says so.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import functools
 import hashlib
 import json
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,6 +94,8 @@ class ServiceStats:
     cache_hits: int = 0
     evaluations: int = 0
     timeouts: int = 0
+    task_errors: int = 0  # requests answered with a task_error verdict (evaluated or not)
+    broken_tasks: dict[str, str] = field(default_factory=dict)  # task -> why it fails on its own
 
 
 class _Run:
@@ -113,6 +122,7 @@ class RewardService:
         self._slots = threading.Semaphore(self.config.concurrency)
         self._lock = threading.Lock()
         self._cache: dict[str, EvalResult] = {}
+        self._broken: dict[str, EvalResult] = {}  # task key -> its task_error verdict
         self._runs: dict[str, _Run] = {}
         self.stats = ServiceStats()
         if self.config.cache_path:
@@ -136,15 +146,42 @@ class RewardService:
         key = self.cache_key(request, code)
         with self._lock:
             cached = self._cache.get(key)
+            broken = self._broken.get(self._task_key(request))
         if cached is not None:
             self.stats.cache_hits += 1
-            return self.rewarder.score(cached, request.reference_speedup, request.meta, cached=True)
+            return self._scored(cached, request, cached=True)
+        if broken is not None:  # the task fails on its own: no completion can change that
+            return self._scored(dataclasses.replace(broken, candidate_hash=code_hash(code)), request, cached=True)
         try:
             job = self._make_job(request, code)
         except Exception as exc:  # a task that cannot be loaded is the caller's bug: say so
             raise RuntimeError(f"cannot build an evaluation job for {request.task_name}: {exc}") from exc
         result = await self._await(self._start(key, job), job)
-        return self.rewarder.score(result, request.reference_speedup, request.meta)
+        if result.status == Status.TASK_ERROR:
+            self._mark_broken(request, result)
+        return self._scored(result, request)
+
+    def _scored(self, result: EvalResult, request: RewardRequest, cached: bool = False) -> RewardRecord:
+        if result.status == Status.TASK_ERROR:
+            self.stats.task_errors += 1
+        return self.rewarder.score(result, request.reference_speedup, request.meta, cached=cached)
+
+    def _task_key(self, request: RewardRequest) -> str:
+        task_hash = hashlib.sha256(request.task_source.encode()).hexdigest()[:16]
+        cfg = self.config
+        return "|".join((request.task_name, task_hash, cfg.track, cfg.device, cfg.backend))
+
+    def _mark_broken(self, request: RewardRequest, result: EvalResult) -> None:
+        error = result.error
+        why = f"{error.type}: {error.message}" if error is not None else "task error"
+        with self._lock:
+            first = self._broken.setdefault(self._task_key(request), result) is result
+            if first:
+                self.stats.broken_tasks[request.task_name] = why
+        if first:
+            warnings.warn(f"reward: task {request.task_name} fails on its own ({why}); its completions get "
+                          f"{self.rewarder.config.task_error_reward:g} from now on, without being evaluated",
+                          RuntimeWarning, stacklevel=2)
 
     def cache_key(self, request: RewardRequest, code: str) -> str:
         task_hash = hashlib.sha256(request.task_source.encode()).hexdigest()[:16]
@@ -209,19 +246,16 @@ class RewardService:
 
 
 # ----- evaluation jobs and runners ----------------------------------------------------------
-@functools.lru_cache(maxsize=256)
-def _load_task(name: str, source: str) -> Any:
-    from agentforge.task import Task
-
-    return Task(name, source)
-
-
 def make_eval_job(request: RewardRequest, code: str, config: ServiceConfig) -> EvalJob:
-    """The evaluator's job for one extracted candidate, through `evaluator.api.make_job`."""
+    """The evaluator's job for one extracted candidate, through `evaluator.api.make_job`. The task
+    is not imported here (the trainer's process): a broken one is found in the sandbox, as a
+    task_error verdict."""
     from agentforge.evaluator.api import make_job
 
+    from agentforge.task import TaskText
+
     candidate = Candidate(source=code, backend=config.backend)
-    task = _load_task(request.task_name, request.task_source)
+    task = TaskText(request.task_name, request.task_source)
     return make_job(task, candidate, device=config.device, track=config.track, **job_keywords(config))
 
 

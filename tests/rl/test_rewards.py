@@ -18,7 +18,7 @@ from agentforge.rl.rewards import (
 FAILURE = -1.0
 
 
-@pytest.mark.parametrize("status", [s for s in Status if s != Status.OK])
+@pytest.mark.parametrize("status", [s for s in Status if s not in (Status.OK, Status.TASK_ERROR)])
 def test_every_failing_status_gets_the_failure_reward(make_result, status):
     rewarder = build_rewarder(RewardConfig(shaper="log_speedup"))
     record = rewarder.score(make_result(status, candidate_us=10.0))
@@ -162,3 +162,102 @@ def test_accepted_but_untimed_is_correct_with_no_gain(make_result, shaper, expec
     record = build_rewarder(RewardConfig(shaper=shaper)).score(result)
     assert record.accepted and record.reward == pytest.approx(expected)
     assert record.speedup is None and record.significant is False
+
+
+# ----- a task that fails on its own -----------------------------------------------------------
+def _task_error(make_result, task: str = "level1/relu"):
+    import dataclasses
+
+    from agentforge.evaluator.result import ErrorRecord, Stage
+
+    return dataclasses.replace(
+        make_result(Status.TASK_ERROR), task_name=task, stage=Stage.TASK, compile=None, correctness=(), timing=None,
+        error=ErrorRecord("TaskInputsError", f"task {task}, shape 'default': get_inputs() raised RuntimeError"))
+
+
+@pytest.mark.parametrize("shaper", sorted(SHAPERS))
+def test_a_task_error_is_no_completions_fault_and_gives_its_group_no_signal(make_result, shaper):
+    from agentforge.rl.grouping import group_zscore
+
+    rewarder = build_rewarder(RewardConfig(shaper=shaper))
+    records = [rewarder.score(_task_error(make_result), meta={"i": i}) for i in range(4)]
+    assert {r.reward for r in records} == {0.0} and not any(r.accepted for r in records)
+    assert records[0].status == "task_error" and records[0].components == {"task_error": 0.0}
+    assert records[0].meta == {"i": 0, "task_error": "TaskInputsError: task level1/relu, shape 'default': "
+                                                    "get_inputs() raised RuntimeError"}
+    assert group_zscore([r.reward for r in records], [0, 0, 0, 0]) == [0.0] * 4
+    assert build_rewarder(RewardConfig(task_error_reward=-0.25)).score(_task_error(make_result)).reward == -0.25
+
+
+def test_the_service_stops_evaluating_a_broken_task_and_says_why(make_result):
+    """After one task_error verdict, completions for that task are answered at once; another task
+    is still evaluated."""
+    from agentforge.evaluator.result import EvalJob
+    from agentforge.rl.service import RewardRequest, RewardService, ServiceConfig
+
+    calls: list[str] = []
+
+    def evaluate(job: EvalJob):
+        calls.append(job.task_name)
+        if job.task_name == "level1/broken":
+            return _task_error(make_result, "level1/broken")
+        return make_result(candidate_us=50.0)
+
+    def job(req: RewardRequest, code: str) -> EvalJob:
+        return EvalJob(task_name=req.task_name, task_source=req.task_source, candidate_source=code)
+
+    def ask(task: str, tag: str) -> RewardRequest:
+        return RewardRequest(task, f"# {task}", f"```python\n# {tag}\nclass ModelNew:\n    pass\n```")
+
+    svc = RewardService(build_rewarder(RewardConfig(shaper="log_speedup")), ServiceConfig(concurrency=1),
+                        evaluate_fn=evaluate, job_factory=job)
+    with pytest.warns(RuntimeWarning, match=r"task level1/broken fails on its own \(TaskInputsError"):
+        first = svc.score_sync([ask("level1/broken", "a")])
+    later = svc.score_sync([ask("level1/broken", t) for t in "bcd"] + [ask("level1/relu", "e")])
+    assert calls == ["level1/broken", "level1/relu"]  # b, c, d never reached the evaluator
+    assert [r.status for r in first + later] == ["task_error"] * 4 + ["ok"]
+    assert {r.reward for r in first + later[:3]} == {0.0} and later[3].accepted
+    assert len({r.candidate_hash for r in first + later[:3]}) == 4  # each record names its own completion
+    assert svc.stats.task_errors == 4
+    assert svc.stats.broken_tasks == {"level1/broken": "TaskInputsError: task level1/broken, shape 'default': "
+                                                       "get_inputs() raised RuntimeError"}
+
+
+BROKEN_GET_INPUTS = """
+import torch
+
+N = 256
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+def get_inputs():
+    raise RuntimeError("deliberately broken get_inputs")
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.slow
+def test_with_the_real_evaluator_a_broken_task_is_rewarded_as_a_task_error_once(tmp_path):
+    """The real sandbox and evaluator (their task check), the real job factory: the first
+    completion finds the task broken, the second is answered without an evaluation."""
+    from agentforge.rl.service import RewardRequest, RewardService, ServiceConfig
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    cache.chmod(0o777)  # the sandbox child may run as nobody
+    config = ServiceConfig(backend="cpu", device="cpu", concurrency=1,
+                           job_options={"measure": {"timing": False}},
+                           sandbox_options={"cache_dir": str(cache), "timeout_s": 300})
+    svc = RewardService(build_rewarder(), config)
+    answer = "```python\nimport torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n" \
+             "        return x.clamp_min(0)\n```"
+    with pytest.warns(RuntimeWarning, match="task level1/broken fails on its own"):
+        [first] = svc.score_sync([RewardRequest("level1/broken", BROKEN_GET_INPUTS, answer)])
+    assert first.status == "task_error" and first.reward == 0.0, first
+    assert "TaskInputsError" in first.meta["task_error"] and "deliberately broken" in first.meta["task_error"]
+    [second] = svc.score_sync([RewardRequest("level1/broken", BROKEN_GET_INPUTS, answer + "\n# v2")])
+    assert second.status == "task_error" and svc.stats.evaluations == 1
