@@ -26,23 +26,25 @@ from agentforge.agent.schemas import (
 )
 from agentforge.agent.state import KernelRef, Pending, RoundRecord, RunState
 from agentforge.candidate import Candidate, NoCodeError, Provenance, extract_code
-from agentforge.evaluator.result import EvalResult
+from agentforge.evaluator.result import EvalResult, Status
 from agentforge.llm.base import Completion, Message, Provider, ProviderError
 from agentforge.settings import AgentSettings
-from agentforge.task import Task
+from agentforge.task import Task, TaskText
 
 # A new best must beat the old one by this share to count as progress against the plateau rule
 # (timing noise alone should not keep a run going).
 MIN_GAIN = 0.01
+# The stop reason of a run whose task failed in the evaluator before any candidate code ran.
+TASK_ERROR_STOP = "task error: "
 
 
 @dataclass
 class Deps:
     provider: Provider
     store: ArtifactStore
-    task: Task
+    task: Task | TaskText  # read, not imported: the loop needs only its name and source
     backend: str
-    evaluate: Callable[[Task, Candidate], EvalResult]
+    evaluate: Callable[[Task | TaskText, Candidate], EvalResult]
     limits: AgentSettings = field(default_factory=AgentSettings)
     device_spec: str = "unknown device"
     planned_rounds: int | None = None  # the provider's own limit (the library provider's variants)
@@ -145,7 +147,17 @@ def evaluate(state: RunState, deps: Deps) -> dict[str, Any]:
     result = deps.evaluate(deps.task, candidate)
     kernel.update(_figures(result), result_ref=deps.store.put_text(result.to_json(indent=1), "json"))
     pending["kernel"] = kernel
+    if result.status == Status.TASK_ERROR:
+        # No candidate can pass a task that fails on its own: repair rounds would be paid for nothing.
+        return {"pending": pending, "stop_reason": task_error_reason(result)}
     return {"pending": pending}
+
+
+def task_error_reason(result: EvalResult) -> str:
+    error = result.error
+    cause = f"{error.type}: {error.message}" if error is not None else "the task failed"
+    return (f"{TASK_ERROR_STOP}{cause} (the task failed before any candidate code ran; fix the task file "
+            "and start a new run)")
 
 
 def profile(state: RunState, deps: Deps) -> dict[str, Any]:
@@ -180,6 +192,10 @@ def select(state: RunState, deps: Deps) -> dict[str, Any]:
         )
         update.update(needs_judge=False, verdict_ref=deps.store.put_json(verdict_to_dict(verdict)))
         mode, failed, outcome = ("repair" if base else "initial"), failed + 1, "asked again"
+    elif kernel.get("status") == Status.TASK_ERROR.value:
+        # Not the candidate's fault: no repair, no judge; the stop reason set at evaluation ends the run.
+        mode, status, outcome = state["mode"], kernel["status"], "the task failed before the candidate ran: stopped"
+        update["needs_judge"] = False
     elif kernel.get("accepted"):
         failed, mode = 0, "optimise"
         if best is None or _better(kernel, best):

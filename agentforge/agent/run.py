@@ -5,6 +5,11 @@ LangGraph checkpointer: `resume=RUN_ID` continues from the last finished step, e
 `objects/` (every prompt, reply, candidate, verdict and result, content-addressed), `events.jsonl`
 (one line per finished step), and at the end `best_kernel.py`, `report.md`, `speedup.png`,
 `summary.json`.
+
+The task file is read here, never imported (it runs only in sandbox children). Before the first
+paid round the sandboxed evaluator's preflight imports it and sizes its shapes there; a task that
+fails on its own stops the run at once (`RunError` before it starts, or the stop reason
+`task error: ...` and status `task_error` when the evaluator finds it during a round).
 """
 
 from __future__ import annotations
@@ -20,14 +25,16 @@ from pathlib import Path
 from typing import Any
 
 from agentforge.agent.artifacts import ArtifactStore
+from agentforge.agent.nodes import TASK_ERROR_STOP
 from agentforge.agent.report import write_outputs
 from agentforge.candidate import Candidate
 from agentforge.evaluator.result import EvalResult, Measure, TimingConfig
 from agentforge.llm.base import Provider
 from agentforge.settings import Settings
-from agentforge.task import Task, load_task
+from agentforge.task import Task, TaskText, read_task
 
-Evaluate = Callable[[Task, Candidate], EvalResult]
+# Called with the task as read (a TaskText: name, source, path; never imported in this process).
+Evaluate = Callable[[Task | TaskText, Candidate], EvalResult]
 
 
 class RunError(RuntimeError):
@@ -41,7 +48,7 @@ class RunSummary:
     task_name: str
     backend: str
     provider: str
-    status: str  # finished | awaiting_review
+    status: str  # finished | awaiting_review | task_error (the task failed on its own; see stop_reason)
     stop_reason: str | None
     rounds: int
     best: dict[str, Any] | None
@@ -94,9 +101,11 @@ def optimize(
         meta = {}
     if limits:
         settings = dataclasses.replace(settings, agent=dataclasses.replace(settings.agent, **limits))
-    task = _load_task(meta.get("task_ref", task_ref), settings)
+    task = _read_task(meta.get("task_ref", task_ref), settings)
     backend = meta.get("backend") or _backend(settings)
     device = meta.get("device") or _device(settings, backend)
+    if evaluate is None:  # the sandboxed evaluator: check the task before any round is paid for
+        _preflight(task, settings, backend, device, tuple(shapes), tuple(baselines))
     if provider is None:
         from agentforge.llm.registry import make_provider
 
@@ -199,6 +208,8 @@ def _summary(run_dir: Path, meta: dict[str, Any], state: dict[str, Any], status:
     outputs = {name: str(run_dir / file) if (run_dir / file).exists() else None
                for name, file in (("best_kernel", "best_kernel.py"), ("report", "report.md"),
                                   ("plot", "speedup.png"))}
+    if (state.get("stop_reason") or "").startswith(TASK_ERROR_STOP):
+        status = "task_error"
     notice = None
     if meta["provider"] == "library":
         notice = ("no LLM key is configured, so the offline `library` provider proposed the shipped "
@@ -220,7 +231,7 @@ def _sandboxed_evaluate(settings: Settings, device: str, baselines: tuple[str, .
     sandbox = from_settings(settings.sandbox, settings.cache_dir)
     measure = Measure(baselines=baselines, profile=settings.eval.profile)
 
-    def run(task: Task, candidate: Candidate) -> EvalResult:
+    def run(task: Task | TaskText, candidate: Candidate) -> EvalResult:
         job = make_job(task, candidate, device=device, track=settings.eval.track, measure=measure,
                        timing=timing, cuda_arch=settings.eval.cuda_arch, shapes=shapes,
                        timing_shape=shapes[0] if shapes else "default",
@@ -230,9 +241,29 @@ def _sandboxed_evaluate(settings: Settings, device: str, baselines: tuple[str, .
     return run
 
 
-def _load_task(ref: str | None, settings: Settings) -> Task:
+def _read_task(ref: str | None, settings: Settings) -> TaskText:
     root = Path(settings.tasks_root).expanduser() if settings.tasks_root else None
-    return load_task(str(ref), root)
+    return read_task(str(ref), root)
+
+
+def _preflight(task: TaskText, settings: Settings, backend: str, device: str, shapes: tuple[str, ...],
+               baselines: tuple[str, ...]) -> None:
+    """RunError, before the first round, for a task that cannot be evaluated here: it fails to
+    import or hangs in the sandbox, needs a model hub, lacks a --shape, or is too large."""
+    from agentforge.agent.nodes import task_error_reason
+    from agentforge.agent.preflight import PreflightError, preflight
+    from agentforge.evaluator.api import make_job
+    from agentforge.sandbox.config import from_settings
+
+    job = make_job(task, Candidate("", backend), device=device, track=settings.eval.track, shapes=shapes,
+                   measure=Measure(baselines=baselines), cache_dir=str(Path(settings.cache_dir).expanduser()))
+    try:
+        failed = preflight(task, job, from_settings(settings.sandbox, settings.cache_dir), settings.sandbox.memory_gb)
+    except PreflightError as exc:
+        raise RunError(exc.message) from exc
+    if failed is not None:
+        raise RunError(task_error_reason(failed) if failed.status.value == "task_error"
+                       else f"the sandbox could not run: {failed.summary()}")
 
 
 def _backend(settings: Settings) -> str:
