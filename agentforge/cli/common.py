@@ -39,11 +39,15 @@ def say_error(message: str) -> None:
 
 def check_sandbox(settings: Any) -> None:
     """Before any work: a sandbox that cannot run here is an error now (SandboxUnavailable, one
-    line), not after a run folder was made; `auto` that means no isolation at all is said."""
+    line), not after a run folder was made; `auto` that means no isolation at all is said; the
+    folders that killed runs left behind are removed."""
     if settings.sandbox.kind != "process":
         return
-    from agentforge.sandbox import isolation
+    from agentforge.sandbox import isolation, reaper
+    from agentforge.sandbox.config import from_settings
 
+    # Folders of jobs whose process died (kill -9, a crash) go now, even if this run evaluates nothing.
+    reaper.remove_dead_job_dirs(from_settings(settings.sandbox, settings.cache_dir).workdir_root)
     if isolation.resolve_mode(settings.sandbox.isolation) == "none" and settings.sandbox.isolation == "auto":
         err_console.print("warning: neither bubblewrap nor unshare works here, so candidates run without "
                           "filesystem or network isolation (install bubblewrap; --isolation none silences this)",

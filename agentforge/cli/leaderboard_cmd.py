@@ -40,7 +40,8 @@ def run_cmd(
     track: list[str] | None = typer.Option(None, "--track", help=TRACK_HELP),
     holdout: Path | None = typer.Option(None, "--holdout", help=HOLDOUT_HELP),
     compile_baseline: bool = typer.Option(True, "--compile-baseline/--no-compile-baseline",
-                                          help="also time torch.compile when ranking (slow to build)"),
+                                          help="also time torch.compile, in the loops and when ranking "
+                                               "(slow to build)"),
     results_url: str | None = typer.Option(None, "--results-url", help=URL_HELP),
     isolation: str | None = typer.Option(None, "--isolation", help=ISOLATION_HELP),
     config: str | None = typer.Option(None, "--config", help=CONFIG_HELP),
@@ -58,7 +59,8 @@ def run_cmd(
     entry = name or f"{settings.provider.name}/{settings.provider.model or 'default'}"
     suite_obj, held, options, store, executor = _prepare(settings, suite, holdout, track, ray,
                                                          compile_baseline=compile_baseline)
-    optimizer = _optimizer(settings, entry, suite_obj.name, options.device)
+    optimizer = _optimizer(settings, entry, suite_obj.name, options.device,
+                           baselines=("eager", "compile") if compile_baseline else ("eager",))
     with store:
         report = run_suite(suite_obj, store=store, entry=entry, optimizer=optimizer, options=options,
                            executor=executor, holdout=held, workers=settings.sandbox.workers, progress=progress,
@@ -227,7 +229,7 @@ def _prepare(
     return suite_obj, held, options, ResultsStore(settings.results_url), executor
 
 
-def _optimizer(settings: Any, entry: str, suite: str, device: str):
+def _optimizer(settings: Any, entry: str, suite: str, device: str, baselines: tuple[str, ...] = ("eager", "compile")):
     """One optimisation run per task through the agent loop (imported only when used). Each task
     gets a fixed run id, so a leaderboard run that was interrupted resumes the task's loop from
     its last checkpoint instead of starting it again. All loops evaluate through one GPU gate,
@@ -238,7 +240,7 @@ def _optimizer(settings: Any, entry: str, suite: str, device: str):
     from agentforge.leaderboard.gpu_gate import DeviceGate, gated_evaluate
     from agentforge.leaderboard.runner import OptimizeOutcome
 
-    evaluate = gated_evaluate(settings, DeviceGate(), device)
+    evaluate = gated_evaluate(settings, DeviceGate(), device, baselines=baselines)
 
     def optimise(task: Any) -> OptimizeOutcome:
         from agentforge.agent.run import optimize

@@ -47,15 +47,17 @@ class DeviceGate:
 
 def gated_evaluate(
     settings: Any, gate: DeviceGate, device: str, *, evaluate: Callable[..., EvalResult] | None = None,
+    baselines: tuple[str, ...] = ("eager", "compile"),
 ) -> Callable[[Task, Candidate], EvalResult]:
-    """The agent loop's `evaluate`, with each CUDA job holding its GPU through `gate`."""
+    """The agent loop's `evaluate`, with each CUDA job holding its GPU through `gate`; `baselines`
+    as `leaderboard run --no-compile-baseline` asks (torch.compile is slow to build)."""
     from agentforge.evaluator.api import evaluate as sandbox_evaluate
     from agentforge.evaluator.api import make_job
     from agentforge.sandbox.config import from_settings
 
     sandbox = from_settings(settings.sandbox, settings.cache_dir)
     run_job = evaluate or sandbox_evaluate
-    measure = Measure(profile=settings.eval.profile)
+    measure = Measure(baselines=baselines, profile=settings.eval.profile)
 
     def run(task: Task, candidate: Candidate) -> EvalResult:
         job = make_job(task, candidate, device="cpu" if candidate.backend == "cpu" else device,
