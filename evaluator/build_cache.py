@@ -7,11 +7,13 @@ same source never see half a library.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,3 +77,18 @@ def staging_dir(kind: str) -> Path:
     root = _builds() / kind
     root.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix=".staging-", dir=root))
+
+
+@contextlib.contextmanager
+def locked(kind: str, key: str) -> Iterator[None]:
+    """Hold an exclusive lock on one key while building it: for builds too costly to do twice at
+    once (a precompiled header is a minute of both cores and 2 GB of memory), the second process
+    waits and then finds the first one's result."""
+    root = _builds() / kind
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".{key}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

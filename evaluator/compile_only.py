@@ -1,26 +1,50 @@
 """A build verdict for CUDA candidates on a machine without a GPU.
 
 While the candidate module executes, `load_inline` is replaced by `capture_load_inline`, which
-compiles each CUDA source with nvcc for the job's architecture (default sm_90a), with
-`-Xptxas -v` for the resource report, and then stops the module: nothing can run without a GPU.
-The host-side C++ bindings are not built (they need no verdict of their own).
+runs torch's own JIT build of the extension up to the link, then stops the module: nothing can
+run without a GPU. torch writes the sources (main.cpp with `torch/extension.h`, the candidate's
+`cpp_sources` and the pybind module it generates for `functions`; cuda.cu with its implicit
+headers) and the ninja file, with its flags for the installed torch: `-std=c++20`,
+`COMMON_NVCC_FLAGS` (`-D__CUDA_NO_HALF_OPERATORS__`, `-D__CUDA_NO_BFLOAT16_CONVERSIONS__`, ...),
+its include paths. ninja then compiles both objects with torch's own commands, for the job's
+architecture (default sm_90a) plus `-Xptxas -v` for the resource report and `--keep` for the
+cubin. So `float v = some_bf16;` or `__half + __half` fail here exactly as on the GPU.
+
+The glue is compiled to a real object, not `-fsyntax-only`: the same command torch runs, so every
+error g++ reports there (template instantiation, inline asm, code generation) is reported here,
+and its symbols can be checked. It costs no wall time: the nvcc compile of cuda.cu, run beside
+it, is the longer one. The link is not run (a CPU-only torch has no libtorch_cuda), but what it
+would leave for the import to fail on is checked: every function of the candidate's own (global
+namespace or a namespace its sources declare) that one object calls must be defined by the
+other or by torch's libraries, or `import` would fail with "undefined symbol" on the GPU.
+
+The lean `load_cuda` path (`make_lean_capture`) compiles its torch-free source with the flags the
+GPU run uses (`compile_cuda_source`), then stops the same way.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import re
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agentforge.evaluator import build_cache
 from agentforge.evaluator.native import BUILD_EVENTS, BuildError, BuildEvent, _as_list, _check_flags
 
+# The lean path's flags (no torch headers): the same on the GPU (`native.load_cuda`) and here.
 NVCC_FLAGS = ("-O3", "-std=c++17", "--expt-relaxed-constexpr", "-Xptxas", "-v", "-lineinfo")
+# What torch's CUDA wheels generate into c10/cuda/impl/ and a CPU wheel lacks (c10/cuda/CUDAMacros.h
+# includes it): cmake's `#cmakedefine C10_CUDA_BUILD_SHARED_LIBS` of a shared-library build.
+CUDA_CMAKE_MACROS = "c10/cuda/impl/cuda_cmake_macros.h"
+CUDA_CMAKE_MACROS_TEXT = "#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n"
 
 
 class CompileOnlyStop(Exception):
@@ -32,6 +56,28 @@ def find_nvcc() -> str | None:
         if candidate and Path(candidate).exists():
             return candidate
     return None
+
+
+@functools.cache
+def cuda_home(nvcc: str) -> str | None:
+    """The toolkit root nvcc itself uses (`TOP` in its dry run): the nvcc on the path may be a
+    wrapper script, so its folder's parent is not always the toolkit."""
+    try:
+        proc = subprocess.run([nvcc, "--dryrun", "-E", "-x", "cu", os.devnull], capture_output=True, text=True,
+                              timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"^#\$ TOP=(.+)$", proc.stdout + proc.stderr, re.MULTILINE)
+    return str(Path(match[1].strip()).resolve()) if match else None
+
+
+@functools.cache
+def _tool_id(tool: str) -> str:
+    try:
+        out = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return tool
+    return f"{shutil.which(tool) or tool} {out.strip().splitlines()[-1] if out.strip() else ''}"
 
 
 def _torch_includes() -> list[str]:
@@ -52,8 +98,9 @@ def compile_cuda_source(source: str, name: str, arch: str, extra_flags: list[str
                         ) -> tuple[bool, str, Path]:
     """nvcc -cubin of one translation unit (cached). Returns (ok, log, cubin path).
 
-    `torch_headers=False` is the lean path: a kernel source that needs no `torch/extension.h`
-    compiles in about a second instead of tens of seconds."""
+    The lean path (`torch_headers=False`): a kernel source that needs no `torch/extension.h`
+    compiles in about a second. `torch_headers=True` only adds torch's include folders (a
+    benchmark's device pass); a `load_inline` verdict is `compile_inline_extension`."""
     nvcc = find_nvcc()
     if nvcc is None:
         raise BuildError("nvcc is not installed: no compile-only verdict possible", log="")
@@ -78,22 +125,205 @@ def compile_cuda_source(source: str, name: str, arch: str, extra_flags: list[str
     return True, log, target.folder / f"{name}.cubin"
 
 
+@dataclass(frozen=True)
+class InlineVerdict:
+    ok: bool
+    message: str  # what failed, "" when ok
+    log: str
+    cubin: Path | None
+    cached: bool
+
+
+def compile_inline_extension(name: str, cpp_sources: Sequence[str], cuda_sources: Sequence[str], functions: Any,
+                             arch: str, extra_cflags: Sequence[str] = (), extra_cuda_cflags: Sequence[str] = (),
+                             extra_ldflags: Sequence[str] = (), extra_include_paths: Sequence[str] = (),
+                             **options: Any) -> InlineVerdict:
+    """torch's JIT build of a `load_inline` extension with CUDA sources, up to the link (cached)."""
+    _check_flags([*extra_cflags, *extra_cuda_cflags, *extra_ldflags])
+    nvcc = find_nvcc()
+    ninja = shutil.which("ninja")
+    if nvcc is None or ninja is None:
+        raise BuildError(f"{'nvcc' if nvcc is None else 'ninja'} is not installed: no compile-only verdict possible",
+                         log="")
+    import torch
+    from torch.utils import cpp_extension
+
+    cxx = cpp_extension.get_cxx_compiler()
+    inputs = [*cpp_sources, "\0cuda\0", *cuda_sources, repr(functions), repr(sorted(options.items()))]
+    flags = [arch, *extra_cflags, "|", *extra_cuda_cflags, "|", *extra_ldflags, "|", *extra_include_paths]
+    key = build_cache.build_key("nvcc-inline", inputs, flags,
+                                f"torch-{torch.__version__} {_tool_id(nvcc)} {_tool_id(cxx)} {_tool_id(ninja)}")
+    target = build_cache.entry("nvcc-inline", key)
+    if target.ready:
+        cubin = target.folder / "kernel.cubin"
+        return InlineVerdict(True, "", (target.folder / "build.log").read_text(), cubin, True)
+    staging = build_cache.staging_dir("nvcc-inline")
+    try:
+        verdict = _build_inline(staging, name, cpp_sources, cuda_sources, functions, arch, nvcc, ninja,
+                                extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths, options)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if not verdict.ok:
+        shutil.rmtree(staging, ignore_errors=True)
+        return verdict
+    build_cache.publish(staging, target)
+    return InlineVerdict(True, "", verdict.log, target.folder / "kernel.cubin", False)
+
+
+def _build_inline(staging: Path, name: str, cpp_sources: Sequence[str], cuda_sources: Sequence[str], functions: Any,
+                  arch: str, nvcc: str, ninja: str, extra_cflags: Sequence[str], extra_cuda_cflags: Sequence[str],
+                  extra_ldflags: Sequence[str], extra_include_paths: Sequence[str],
+                  options: dict[str, Any]) -> InlineVerdict:
+    from agentforge.evaluator import native
+
+    sources = native.torch_inline_sources(staging, name, cpp_sources, cuda_sources, functions, **options)
+    keep = staging / "keep"
+    keep.mkdir()
+    includes = [*_cpu_torch_shim(), *extra_include_paths]
+    try:
+        plan = native.torch_build_plan(
+            staging, name, sources, extra_cflags=extra_cflags, extra_ldflags=extra_ldflags,
+            extra_cuda_cflags=[*extra_cuda_cflags, *_arch_flags(arch), "-Xptxas", "-v", "--keep", "--keep-dir",
+                               str(keep)],
+            extra_include_paths=includes, with_cuda=True, cuda_home=cuda_home(nvcc))
+    except (OSError, TypeError, AttributeError) as exc:
+        raise BuildError(f"torch's build plan for {name} could not be written: {exc}", log=str(exc)) from exc
+    objects = sorted(plan.objects)
+    command = [ninja, "-v", "-k", "0", *objects]
+    proc = subprocess.run(command, cwd=staging, capture_output=True, text=True, timeout=1800)
+    log = proc.stdout + proc.stderr
+    failed = [o for o in objects if not (staging / o).exists()]
+    if proc.returncode != 0 or failed:
+        what = {"compile": f"g++ failed to compile the cpp_sources of {name} (torch's main.cpp)",
+                "cuda_compile": f"nvcc failed to compile {name} for {arch}"}
+        message = "; ".join(what[plan.objects[o]] for o in failed) or f"ninja failed for {name}"
+        return InlineVerdict(False, message, log, None, False)
+    missing = unresolved_symbols([staging / o for o in objects], [*cpp_sources, *cuda_sources])
+    if missing:
+        log += "\nundefined after the link, so the import would fail:\n" + "\n".join(missing) + "\n"
+        return InlineVerdict(False, f"{name} calls functions its sources do not define: {missing[0]}", log,
+                             None, False)
+    cubins = sorted(keep.glob(f"*{arch}*.cubin")) or sorted(keep.glob("*.cubin"))
+    if cubins:
+        shutil.copyfile(cubins[0], staging / "kernel.cubin")
+    (staging / "build.log").write_text(log)
+    shutil.rmtree(keep, ignore_errors=True)
+    for o in objects:
+        (staging / o).unlink(missing_ok=True)
+    return InlineVerdict(True, "", log, staging / "kernel.cubin" if cubins else None, False)
+
+
+def _cpu_torch_shim() -> list[str]:
+    """An include folder with the generated header a CPU-only torch lacks (none when torch has it)."""
+    from torch.utils import cpp_extension
+
+    if any((Path(p) / CUDA_CMAKE_MACROS).exists() for p in cpp_extension.include_paths()):
+        return []
+    key = build_cache.build_key("torch-shim", [CUDA_CMAKE_MACROS, CUDA_CMAKE_MACROS_TEXT], [], "")
+    target = build_cache.entry("torch-shim", key)
+    if not target.ready:
+        staging = build_cache.staging_dir("torch-shim")
+        (staging / CUDA_CMAKE_MACROS).parent.mkdir(parents=True)
+        (staging / CUDA_CMAKE_MACROS).write_text(CUDA_CMAKE_MACROS_TEXT)
+        build_cache.publish(staging, target)
+    return [str(target.folder)]
+
+
+def unresolved_symbols(objects: Sequence[Path], sources: Sequence[str]) -> list[str]:
+    """Functions and variables of the candidate's own that the objects use and nobody defines:
+    global-namespace C++ symbols and those in namespaces the sources declare, unless torch's
+    libraries export them. Demangled, with the definitions of the same name that do exist."""
+    defined: set[str] = set()
+    used: set[str] = set()
+    for obj in objects:
+        for symbol, kind in _symbols(obj):
+            (used if kind == "U" else defined).add(symbol)
+    namespaces = set(re.findall(r"\bnamespace\s+([A-Za-z_]\w*)", "\n".join(sources)))
+    own = [s for s in used - defined if _is_own(s, namespaces)]
+    missing = [s for s in own if s not in _torch_exports()]
+    if not missing:
+        return []
+    names = _demangle(sorted(missing) + sorted(defined))
+    wanted, have = names[:len(missing)], names[len(missing):]
+    lines = []
+    for name in wanted:
+        base = name.split("(")[0]
+        alike = [h for h in have if h.split("(")[0] == base]
+        lines.append(f"  {name}" + (f" (defined: {', '.join(alike)})" if alike else ""))
+    return lines
+
+
+def _is_own(symbol: str, namespaces: set[str]) -> bool:
+    if re.match(r"_Z\d", symbol):
+        return True
+    match = re.match(r"_ZN[KVr]*(\d+)", symbol)
+    if not match:
+        return False
+    start = match.end()
+    return symbol[start:start + int(match[1])] in namespaces
+
+
+def _symbols(path: Path) -> list[tuple[str, str]]:
+    proc = subprocess.run(["nm", "--format=posix", str(path)], capture_output=True, text=True, timeout=120)
+    found = []
+    for line in proc.stdout.splitlines():
+        parts = line.split()
+        if len(parts) < 2:
+            continue
+        if parts[1] in ("U", "w", "v"):
+            found.append((parts[0], "U"))
+        elif parts[1].isupper() or parts[1] == "u":  # a local (static) definition links nothing
+            found.append((parts[0], "D"))
+    return found
+
+
+@functools.cache
+def _torch_exports() -> frozenset[str]:
+    from torch.utils import cpp_extension
+
+    libraries = sorted(str(p) for p in Path(cpp_extension.TORCH_LIB_PATH).glob("*.so"))
+    proc = subprocess.run(["nm", "-D", "--defined-only", "--format=posix", *libraries], capture_output=True,
+                          text=True, timeout=300)
+    return frozenset(line.split()[0] for line in proc.stdout.splitlines() if len(line.split()) >= 2)
+
+
+def _demangle(symbols: list[str]) -> list[str]:
+    if not symbols:
+        return []
+    try:
+        proc = subprocess.run(["c++filt"], input="\n".join(symbols) + "\n", capture_output=True, text=True,
+                              timeout=60)
+        names = proc.stdout.splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return symbols
+    return names if len(names) == len(symbols) else symbols
+
+
 def make_capture(arch: str):
-    """A `load_inline` stand-in that compiles the CUDA sources only."""
+    """A `load_inline` stand-in that runs torch's build up to the link, then stops the module."""
 
     def capture_load_inline(name: str, cpp_sources: Any = (), cuda_sources: Any = (), functions: Any = None,
-                            extra_cuda_cflags: Any = None, **_: Any) -> Any:
-        cuda = _as_list(cuda_sources)
+                            extra_cflags: Any = None, extra_cuda_cflags: Any = None, extra_ldflags: Any = None,
+                            extra_include_paths: Any = None, **kwargs: Any) -> Any:
+        cpp, cuda = _as_list(cpp_sources), _as_list(cuda_sources)
         if not cuda:
             raise BuildError("compile-only CUDA verdict: the candidate passes no cuda_sources to load_inline",
                              log="")
+        options = {k: kwargs[k] for k in ("with_pytorch_error_handling", "no_implicit_headers") if k in kwargs}
         started = time.perf_counter()
-        ok, log, cubin = compile_cuda_source("\n".join(cuda), name, arch, list(extra_cuda_cflags or []))
-        event = BuildEvent("compile-only-nvcc", name, ok, time.perf_counter() - started, False, log,
-                           {"cuda": "\n".join(cuda), "cubin": str(cubin)}, (arch,))
+        flags = (arch, *(extra_cflags or []), "|", *(extra_cuda_cflags or []), "|", *(extra_ldflags or []))
+        event = BuildEvent("compile-only-nvcc", name, False, 0.0, False, "",
+                           {"cpp": "\n".join(cpp), "cuda": "\n".join(cuda)}, flags)
         BUILD_EVENTS.append(event)
-        if not ok:
-            raise BuildError(f"nvcc failed to compile {name} for {arch}", log)
+        verdict = compile_inline_extension(name, cpp, cuda, functions, arch, extra_cflags or [],
+                                           extra_cuda_cflags or [], extra_ldflags or [], extra_include_paths or [],
+                                           **options)
+        event.ok, event.seconds, event.cached, event.log = (verdict.ok, time.perf_counter() - started,
+                                                            verdict.cached, verdict.log)
+        event.sources["cubin"] = str(verdict.cubin or "")
+        if not verdict.ok:
+            raise BuildError(verdict.message, verdict.log)
         raise CompileOnlyStop(name)
 
     return capture_load_inline
@@ -121,6 +351,7 @@ def capture_redirected(arch: str) -> Iterator[None]:
     from agentforge.evaluator import native
     from torch.utils import cpp_extension
 
+    native._torch_load_inline()  # saved before the swap: the capture builds through it
     originals = cpp_extension.load_inline, native.load_cuda
     cpp_extension.load_inline = make_capture(arch)
     native.load_cuda = make_lean_capture(arch)

@@ -8,11 +8,16 @@ evaluator's build stage:
   ctypes. The candidate passes `tensor.data_ptr()` and sizes.
 * `cached_load_inline(...)`: KernelBench's `torch.utils.cpp_extension.load_inline`, unchanged in
   behaviour, keyed by a hash of sources and flags so a kernel is never built twice. The sandbox
-  child swaps it in for torch's while a candidate module executes.
+  child swaps it in for torch's while a candidate module executes. Its C++ compile reads a
+  precompiled `torch/extension.h` from the build cache (`extension_pch`), built once per
+  compiler and flag set: parsing that header is most of a cold build.
 
 * `load_cuda(name, source)`: the lean CUDA path. A kernel source without torch headers,
   compiled by nvcc to a cubin for the local GPU (about a second; cached) and loaded with CuPy's
   `RawModule`; the candidate launches it on torch's current stream with `data_ptr()`s.
+
+What torch's own JIT build would run (`torch_build_plan`, `torch_inline_sources`) is read from
+torch itself, so the compile-only verdict and the precompiled header follow the installed torch.
 
 Build errors raise `BuildError` carrying the compiler's log.
 """
@@ -21,8 +26,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import inspect
+import re
+import resource
+import shlex
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +48,10 @@ FORBIDDEN_FLAGS = (
     "-fassociative-math", "-freciprocal-math", "-ffinite-math-only", "-fno-signed-zeros",
     "-prec-div=false", "--prec-div=false", "-prec-sqrt=false", "--prec-sqrt=false", "-ftz=true", "--ftz=true",
 )
+PCH_HEADER = "torch/extension.h"
+# torch 2.13's torch/extension.h precompiles to about 0.8 GB with g++ 12: below this file size
+# limit (RLIMIT_FSIZE) the write would fail after a minute of work, so no build is tried.
+PCH_MIN_FILE_LIMIT = 2 << 30
 
 
 class BuildError(RuntimeError):
@@ -48,7 +62,7 @@ class BuildError(RuntimeError):
 
 @dataclass
 class BuildEvent:
-    kind: str  # lean-cpp | load_inline | compile-only-nvcc
+    kind: str  # lean-cpp | lean-nvcc | load_inline | compile-only-nvcc
     name: str
     ok: bool
     seconds: float
@@ -56,6 +70,7 @@ class BuildEvent:
     log: str = ""
     sources: dict[str, str] = field(default_factory=dict)
     flags: tuple[str, ...] = ()
+    pch: str = ""  # the precompiled header the C++ compile read, or why none
 
 
 BUILD_EVENTS: list[BuildEvent] = []
@@ -75,8 +90,6 @@ def _compiler_id(cxx: str) -> str:
         return subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout.split("\n")[0]
     except (OSError, subprocess.SubprocessError):
         return cxx
-
-
 def load_cpp(
     name: str, source: str, extra_cflags: Sequence[str] = (), openmp: bool = True, cxx: str = "g++",
 ) -> ctypes.CDLL:
@@ -130,12 +143,180 @@ def load_cuda(name: str, source: str, arch_override: str | None = None, extra_cu
     return cupy.RawModule(path=str(cubin))
 
 
+@dataclass(frozen=True)
+class TorchBuildPlan:
+    """What torch's JIT build would run for one extension: the variables and object targets of
+    the ninja file torch itself writes (`cxx`, `cflags`, `post_cflags`, `nvcc`, `cuda_cflags`,
+    `cuda_post_cflags`, `ldflags`)."""
+
+    ninja_file: Path
+    variables: dict[str, str]
+    objects: dict[str, str]  # object file -> rule (compile | cuda_compile)
+
+    def words(self, variable: str) -> list[str]:
+        return shlex.split(self.variables.get(variable, ""))
+
+
+def torch_build_plan(folder: Path, name: str, sources: Sequence[Path], *, extra_cflags: Sequence[str] = (),
+                     extra_cuda_cflags: Sequence[str] = (), extra_ldflags: Sequence[str] = (),
+                     extra_include_paths: Sequence[str] = (), with_cuda: bool = False,
+                     cuda_home: str | None = None) -> TorchBuildPlan:
+    """Have torch write the ninja file of its own JIT build into `folder`, and read it back.
+
+    torch's flags (`-std=c++20`, `-fPIC`, `-DTORCH_API_INCLUDE_EXTENSION_H`, its include paths,
+    and for nvcc `COMMON_NVCC_FLAGS` such as `-D__CUDA_NO_HALF_OPERATORS__`) then come from the
+    installed torch, never from a copy here. A CPU-only torch knows no CUDA toolkit
+    (`CUDA_HOME` is None): `cuda_home` stands in for it while the file is written. Include the
+    arch in `extra_cuda_cflags`, or torch asks the local GPU for one."""
+    from torch.utils import cpp_extension
+
+    write = cpp_extension._write_ninja_file_to_build_library
+    arguments = dict(path=str(folder / "build.ninja"), name=name, sources=[str(s) for s in sources],
+                     extra_cflags=list(extra_cflags), extra_cuda_cflags=list(extra_cuda_cflags),
+                     extra_sycl_cflags=[], extra_ldflags=list(extra_ldflags),
+                     extra_include_paths=list(extra_include_paths), with_cuda=with_cuda, with_sycl=False,
+                     is_standalone=False)
+    accepted = inspect.signature(write).parameters
+    saved = cpp_extension.CUDA_HOME
+    if with_cuda and saved is None:
+        cpp_extension.CUDA_HOME = cuda_home
+    try:
+        write(**{k: v for k, v in arguments.items() if k in accepted})
+    finally:
+        cpp_extension.CUDA_HOME = saved
+    return _read_ninja_file(folder / "build.ninja")
+
+
+def _read_ninja_file(path: Path) -> TorchBuildPlan:
+    variables: dict[str, str] = {}
+    objects: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        if match := re.match(r"^(\w+) = (.*)$", line):
+            variables[match[1]] = match[2]
+        elif (match := re.match(r"^build (\S+): (\w+) ", line)) and match[2] in ("compile", "cuda_compile"):
+            objects[match[1]] = match[2]
+    return TorchBuildPlan(path, variables, objects)
+
+
+class _SourcesWritten(Exception):
+    pass
+
+
+def torch_inline_sources(folder: Path, name: str, cpp_sources: Sequence[str], cuda_sources: Sequence[str],
+                         functions: Any, **options: Any) -> list[Path]:
+    """The files torch's `load_inline` builds for these arguments, written by torch itself into
+    `folder`: main.cpp (`#include <torch/extension.h>`, the sources, the pybind module it
+    generates for `functions`) and cuda.cu (with its implicit headers). Its build step is
+    intercepted, so nothing is compiled here."""
+    from torch.utils import cpp_extension
+
+    written: list[str] = []
+
+    def intercept(_name: str, sources: list[str], *_: Any, **__: Any) -> Any:
+        written.extend(sources)
+        raise _SourcesWritten
+
+    accepted = inspect.signature(_torch_load_inline()).parameters
+    saved = cpp_extension._jit_compile
+    cpp_extension._jit_compile = intercept
+    try:
+        _torch_load_inline()(name, cpp_sources=list(cpp_sources), cuda_sources=list(cuda_sources) or None,
+                             functions=functions, build_directory=str(folder), use_pch=False,
+                             **{k: v for k, v in options.items() if k in accepted})
+    except _SourcesWritten:
+        pass
+    finally:
+        cpp_extension._jit_compile = saved
+    if not written:
+        raise BuildError(f"torch's load_inline wrote no sources for {name}", log="")
+    return [Path(p) for p in written]
+
+
+def extension_pch(plan: TorchBuildPlan, build: bool = True) -> tuple[Path | None, str]:
+    """A precompiled `torch/extension.h` for the C++ compile of `plan`, from the build cache.
+
+    Returns the folder to put first on the include path (g++ then finds
+    `torch/extension.h.gch` there before the header itself) and a note for the build record;
+    (None, why) to compile without one. The header is precompiled with the compiler and flags
+    torch would compile main.cpp with, less `-DTORCH_EXTENSION_NAME` (no torch header reads
+    it), so g++ accepts it; where it would not, g++ falls back to the header and only speed is
+    lost. One is built on a miss when `build` and the process may write a file that large (about
+    40 s and 2 GB of memory on two cores, once per compiler and flag set).
+
+    Why not torch's own `use_pch=True`: torch writes `torch/extension.h.gch` into its install
+    tree (read-only to the sandbox, one slot for every flag set, written in place while other
+    builds may read it), and every call with the default `use_pch=False` deletes it."""
+    import torch
+
+    cxx = plan.words("cxx")
+    flags = [f for f in plan.words("cflags") if not f.startswith("-DTORCH_EXTENSION_NAME=")]
+    flags += plan.words("post_cflags")
+    key = build_cache.build_key("pch", [PCH_HEADER, torch.__version__, str(Path(torch.__file__).parent)], flags,
+                                f"{shutil.which(cxx[0]) or cxx[0]} {_compiler_id(cxx[0])}")
+    target = build_cache.entry("pch", key)
+    if target.ready:
+        return target.folder, f"{target.folder / PCH_HEADER}.gch"
+    if not build:
+        return None, "no precompiled header for these flags yet"
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY and limit < PCH_MIN_FILE_LIMIT:
+        return None, f"no precompiled header: the file size limit ({limit >> 20} MiB) is below its size"
+    with build_cache.locked("pch", key):
+        if target.ready:  # built by another process while this one waited
+            return target.folder, f"{target.folder / PCH_HEADER}.gch"
+        return _build_pch(cxx, flags, target)
+
+
+def _build_pch(cxx: list[str], flags: list[str], target: build_cache.CacheEntry) -> tuple[Path | None, str]:
+    started = time.perf_counter()
+    staging = build_cache.staging_dir("pch")
+    (staging / PCH_HEADER).parent.mkdir(parents=True)
+    # Precompiled through a wrapper, so torch's headers are read from their -isystem path as in
+    # the real compile. The folder also needs a header of that name: g++ opens it for a second
+    # `#include <torch/extension.h>` (main.cpp has torch's, most sources their own) or when it
+    # refuses the .gch; it passes on to torch's, which `#pragma once` then skips if already read.
+    (staging / "pch.h").write_text(f"#include <{PCH_HEADER}>\n")
+    (staging / PCH_HEADER).write_text(f"#include_next <{PCH_HEADER}>\n")
+    command = [*cxx, "-x", "c++-header", *flags, "pch.h", "-o", f"{PCH_HEADER}.gch"]
+    try:
+        proc = subprocess.run(command, cwd=staging, capture_output=True, text=True, timeout=900)
+    except (OSError, subprocess.SubprocessError) as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        return None, f"no precompiled header: {exc}"
+    if proc.returncode != 0:
+        shutil.rmtree(staging, ignore_errors=True)
+        return None, f"no precompiled header: {shlex.join(command)} failed\n{(proc.stdout + proc.stderr)[-2000:]}"
+    (staging / "pch.h").unlink()
+    build_cache.publish(staging, target)
+    return target.folder, f"{target.folder / PCH_HEADER}.gch (built in {time.perf_counter() - started:.1f} s)"
+
+
+def prepare_extension_pch(extra_cflags: Sequence[str] = (), extra_include_paths: Sequence[str] = (),
+                          with_cuda: bool = False) -> tuple[Path | None, str]:
+    """Build the precompiled `torch/extension.h` for `load_inline` calls with these flags ahead of
+    time (a warm parent, a benchmark); what `extension_pch` returns."""
+    with tempfile.TemporaryDirectory(prefix="agentforge-plan-") as tmp:
+        plan = _inline_plan(Path(tmp), "pch_probe", with_cuda, extra_cflags, extra_include_paths)
+        return extension_pch(plan)
+
+
+def _inline_plan(folder: Path, name: str, with_cuda: bool, extra_cflags: Sequence[str],
+                 extra_include_paths: Sequence[str]) -> TorchBuildPlan:
+    sources = [folder / "main.cpp", *([folder / "cuda.cu"] if with_cuda else [])]
+    # The arch only keeps torch from asking a GPU for one: the C++ flags do not depend on it.
+    return torch_build_plan(folder, name, sources, extra_cflags=extra_cflags, with_cuda=with_cuda,
+                            extra_cuda_cflags=["-gencode=arch=compute_90a,code=sm_90a"] if with_cuda else [],
+                            extra_include_paths=extra_include_paths)
+
+
 def cached_load_inline(name: str, cpp_sources: Any = (), cuda_sources: Any = (), functions: Any = None,
                        extra_cflags: Any = None, extra_cuda_cflags: Any = None, extra_ldflags: Any = None,
                        extra_include_paths: Any = None, build_directory: Any = None, verbose: bool = False,
                        with_cuda: Any = None, is_python_module: bool = True, with_pytorch_error_handling: bool = True,
                        keep_intermediates: bool = True, use_pch: bool = False, **kwargs: Any) -> Any:
-    """torch's `load_inline` with a content-addressed build directory and a recorded log."""
+    """torch's `load_inline` with a content-addressed build directory, a recorded log and the
+    build cache's precompiled header (the candidate's `use_pch` and `build_directory` are not
+    passed on: see `extension_pch`)."""
     cpp = _as_list(cpp_sources)
     cuda = _as_list(cuda_sources)
     flags = [*(extra_cflags or []), "|", *(extra_cuda_cflags or []), "|", *(extra_ldflags or [])]
@@ -153,16 +334,19 @@ def cached_load_inline(name: str, cpp_sources: Any = (), cuda_sources: Any = (),
     event = BuildEvent("load_inline", name, False, 0.0, was_cached, sources={"cpp": "\n".join(cpp),
                        "cuda": "\n".join(cuda)}, flags=tuple(flags))
     BUILD_EVENTS.append(event)
+    includes = list(extra_include_paths or [])
+    pch_folder, event.pch = _pch_for_build(target, unique_name, bool(cuda) or bool(with_cuda), extra_cflags or [],
+                                           includes)
     captured = None
     try:
         with _captured_build_output() as captured:
             module = _torch_load_inline()(
                 unique_name, cpp_sources=cpp, cuda_sources=cuda or None, functions=functions,
                 extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
-                extra_include_paths=extra_include_paths, build_directory=str(target.folder),
-                verbose=True, with_cuda=with_cuda, is_python_module=is_python_module,
-                with_pytorch_error_handling=with_pytorch_error_handling, keep_intermediates=keep_intermediates,
-                use_pch=use_pch, **kwargs,
+                extra_include_paths=[*([str(pch_folder)] if pch_folder else []), *includes],
+                build_directory=str(target.folder), verbose=True, with_cuda=with_cuda,
+                is_python_module=is_python_module, with_pytorch_error_handling=with_pytorch_error_handling,
+                keep_intermediates=keep_intermediates, use_pch=False, **kwargs,
             )
     except Exception as exc:
         event.seconds = time.perf_counter() - started
@@ -173,22 +357,38 @@ def cached_load_inline(name: str, cpp_sources: Any = (), cuda_sources: Any = (),
     return module
 
 
+def _pch_for_build(target: build_cache.CacheEntry, name: str, with_cuda: bool, extra_cflags: Sequence[str],
+                   extra_include_paths: Sequence[str]) -> tuple[Path | None, str]:
+    """The precompiled header folder for a build, chosen once: a finished build keeps the include
+    path it was built with, or ninja would see a new command and compile it again."""
+    chosen = target.folder / "pch-folder"
+    if target.ready:
+        recorded = chosen.read_text() if chosen.exists() else ""
+        return (Path(recorded), recorded) if recorded else (None, "")
+    try:
+        with tempfile.TemporaryDirectory(prefix="agentforge-plan-") as tmp:
+            folder, note = extension_pch(_inline_plan(Path(tmp), name, with_cuda, extra_cflags,
+                                                      extra_include_paths))
+    except Exception as exc:  # a faster build is never worth a failed one
+        folder, note = None, f"no precompiled header: {type(exc).__name__}: {exc}"
+    chosen.write_text(str(folder) if folder else "")
+    return folder, note
+
+
 def _torch_load_inline() -> Any:
-    """torch's own `load_inline`, never the redirect installed over it (which would call itself)."""
+    """torch's own `load_inline`, never a stand-in installed over it (which may call this)."""
     from torch.utils import cpp_extension
 
     global _TORCH_LOAD_INLINE
+    current = cpp_extension.load_inline
+    if _TORCH_LOAD_INLINE is None and getattr(current, "__module__", "") == cpp_extension.__name__:
+        _TORCH_LOAD_INLINE = current
     if _TORCH_LOAD_INLINE is None:
-        current = cpp_extension.load_inline
-        _TORCH_LOAD_INLINE = current if current is not cached_load_inline else None
-    if _TORCH_LOAD_INLINE is None:
-        raise RuntimeError("torch's load_inline is not known: the redirect was installed before it was saved")
+        raise RuntimeError("torch's load_inline is not known: a stand-in was installed before it was saved")
     return _TORCH_LOAD_INLINE
 
 
 _TORCH_LOAD_INLINE: Any = None
-
-
 def _as_list(sources: Any) -> list[str]:
     if sources is None:
         return []

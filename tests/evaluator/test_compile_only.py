@@ -1,19 +1,31 @@
-"""Compile-only CUDA verdicts on a machine without a GPU: nvcc builds the candidate's CUDA source for
-sm_90a, the verdict is `ok` at the build stage with ptxas's resource report, and a broken source is a
-`compile_error` carrying the compiler's message."""
+"""Compile-only CUDA verdicts on a machine without a GPU, with the real nvcc and g++.
+
+A `load_inline` candidate is built by torch's own JIT build (torch writes the sources and the ninja
+file, with its flags for the installed torch) up to the link, for sm_90a: the verdict is `ok` at
+the build stage with ptxas's resource report, and a broken source is a `compile_error` carrying the
+compiler's message. torch's `COMMON_NVCC_FLAGS` forbid implicit bf16/half conversions and half
+operators; those candidates must fail here exactly as torch's own build fails them, which these
+tests check against torch's own `load_inline` (run on the local toolkit: a CPU-only torch has no
+`CUDA_HOME`, so the probe names it; it then fails only at the link, for want of libtorch_cuda).
+"""
 
 from __future__ import annotations
 
+import json
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from agentforge.evaluator import build_cache
-from agentforge.evaluator.compile_only import find_nvcc
+from agentforge.evaluator.compile_only import compile_inline_extension, cuda_home, find_nvcc
 from agentforge.evaluator.pipeline import run_pipeline
 from agentforge.evaluator.result import EvalJob, Stage, Status
 
 EXPLOITS = Path(__file__).resolve().parent.parent / "exploits"
+CANDIDATES = Path(__file__).resolve().parent / "candidates"
 
 pytestmark = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not installed")
 
@@ -43,6 +55,38 @@ class ModelNew(nn.Module):
         return y
 '''
 
+# load_inline calls whose CUDA source needs no torch header (`no_implicit_headers`), so torch's
+# build and this one take seconds: what they test is the flags. Each wrong one has its right twin.
+WIDEN = """#include <cuda_bf16.h>
+__global__ void widen(const __nv_bfloat16* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { float v = %s; y[i] = 2.f * v; }
+}
+"""
+ADD = """#include <cuda_fp16.h>
+__global__ void add(const __half* a, const __half* b, __half* c, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) c[i] = %s;
+}
+"""
+CALLS = {
+    "bf16_implicit": {"name": "bf16_implicit", "cuda_sources": WIDEN % "x[i]"},
+    "bf16_explicit": {"name": "bf16_explicit", "cuda_sources": WIDEN % "__bfloat162float(x[i])"},
+    "half_operator": {"name": "half_operator", "cuda_sources": ADD % "a[i] + b[i]"},
+    "half_intrinsic": {"name": "half_intrinsic", "cuda_sources": ADD % "__hadd(a[i], b[i])"},
+}
+TORCH_OWN_BUILD = """
+import json, os, sys
+os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0a"
+from torch.utils import cpp_extension
+cpp_extension.CUDA_HOME = sys.argv[1]
+try:
+    cpp_extension.load_inline(build_directory=sys.argv[3], verbose=True, **json.loads(sys.argv[2]))
+except RuntimeError as exc:
+    print("build failed:", exc)
+"""
+NVCC_ERROR = re.compile(r"cuda\.cu\(\d+\): error: .*")
+
 
 @pytest.fixture
 def fresh_cache(tmp_path: Path) -> Iterator[Path]:
@@ -51,27 +95,90 @@ def fresh_cache(tmp_path: Path) -> Iterator[Path]:
     build_cache.set_cache_root(None)
 
 
-def job(candidate: str) -> EvalJob:
-    return EvalJob(task_name="elementwise_relu", task_source=(EXPLOITS / "tasks" / "elementwise_relu.py").read_text(),
-                   candidate_source=candidate, backend="cuda", device="cpu", cuda_arch="sm_90a")
+def job(candidate: str, cache: Path, task: str = "elementwise_relu") -> EvalJob:
+    return EvalJob(task_name=task, task_source=(EXPLOITS / "tasks" / f"{task}.py").read_text(),
+                   candidate_source=candidate, backend="cuda", device="cpu", cuda_arch="sm_90a",
+                   cache_dir=str(cache))
 
 
+def module_calling(call: dict) -> str:
+    """A KernelBench answer module whose load_inline call is `call` (plus an empty glue)."""
+    return (f"import json\nfrom torch import nn\nfrom torch.utils.cpp_extension import load_inline\n"
+            f"_ext = load_inline(cpp_sources='', no_implicit_headers=True, **json.loads({json.dumps(call)!r}))\n"
+            "class ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n")
+
+
+def torch_own_build(call: dict, folder: Path) -> str:
+    """torch's own load_inline of `call` on the local toolkit: its ninja output."""
+    spec = {"cpp_sources": "", "no_implicit_headers": True, **call}
+    folder.mkdir()
+    done = subprocess.run([sys.executable, "-c", TORCH_OWN_BUILD, cuda_home(find_nvcc()), json.dumps(spec),
+                           str(folder)], capture_output=True, text=True, timeout=600)
+    return done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("wrong", ["bf16_implicit", "half_operator"])
+def test_what_torchs_flags_forbid_fails_as_torchs_own_build_fails_it(fresh_cache: Path, tmp_path: Path,
+                                                                     wrong: str) -> None:
+    result = run_pipeline(job(module_calling(CALLS[wrong]), fresh_cache))
+    assert result.status == Status.COMPILE_ERROR and result.stage == Stage.BUILD, result.summary()
+    assert result.error is not None and "nvcc failed" in result.error.message
+    ours = set(NVCC_ERROR.findall(result.error.traceback_tail))
+    theirs = set(NVCC_ERROR.findall(torch_own_build(CALLS[wrong], tmp_path / "torch")))
+    assert ours and ours == theirs  # the same errors, on the same lines
+    assert "-D__CUDA_NO_HALF_OPERATORS__" in result.compile.log_tail  # torch's flags, as torch passes them
+
+
+@pytest.mark.parametrize("right", ["bf16_explicit", "half_intrinsic"])
+def test_their_explicit_twins_compile_here_and_in_torchs_own_build(fresh_cache: Path, tmp_path: Path,
+                                                                   right: str) -> None:
+    result = run_pipeline(job(module_calling(CALLS[right]), fresh_cache))
+    assert result.status == Status.OK and result.stage == Stage.BUILD, result.summary()
+    assert result.compile.arch == "sm_90a" and result.compile.resources
+    own = torch_own_build(CALLS[right], tmp_path / "torch")
+    # torch compiles both objects too; its link then wants libtorch_cuda, which a CPU torch lacks.
+    assert not NVCC_ERROR.findall(own) and "-o cuda.cuda.o" in own and "FAILED: cuda.cuda.o" not in own
+
+
+def test_the_lean_load_cuda_path_compiles_for_sm90a_and_stops(fresh_cache: Path) -> None:
+    result = run_pipeline(job((CANDIDATES / "relu_load_cuda.py").read_text(), fresh_cache))
+    assert result.status == Status.OK and result.stage == Stage.BUILD, result.summary()
+    assert result.compile.path == "compile-only-nvcc" and result.compile.arch == "sm_90a"
+    (kernel,) = result.compile.resources
+    assert kernel.name == "relu" and kernel.registers and kernel.spill_store_bytes == 0
+    assert not result.accepted  # nothing ran
+
+
+def test_a_verdict_is_cached_by_its_sources_and_flags(fresh_cache: Path) -> None:
+    call = CALLS["bf16_explicit"]
+    first = compile_inline_extension("twice", [""], [call["cuda_sources"]], None, "sm_90a", no_implicit_headers=True)
+    again = compile_inline_extension("twice", [""], [call["cuda_sources"]], None, "sm_90a", no_implicit_headers=True)
+    other = compile_inline_extension("twice", [""], [call["cuda_sources"]], None, "sm_90a", ["-DX=1"],
+                                     no_implicit_headers=True)
+    assert first.ok and not first.cached and again.ok and again.cached and not other.cached
+    assert again.cubin is not None and again.cubin.exists()
+
+
+@pytest.mark.slow
 def test_a_cuda_candidate_compiles_for_sm90a_with_its_resources(fresh_cache: Path) -> None:
-    result = run_pipeline(job(LEAN))
+    """The KernelBench shape: torch's implicit torch/types.h in cuda.cu, torch/extension.h and the
+    generated pybind module in main.cpp (30-90 s of nvcc and g++ on two cores)."""
+    result = run_pipeline(job(LEAN, fresh_cache))
     assert result.status == Status.OK and result.stage == Stage.BUILD, result.summary()
     assert result.compiled and not result.accepted  # nothing ran: no correctness, so not accepted
     assert result.compile is not None and result.compile.arch == "sm_90a"
     assert result.compile.path == "compile-only-nvcc"
-    assert "sm_90a" in result.compile.log_tail
+    assert "sm_90a" in result.compile.log_tail and "main.o" in result.compile.log_tail  # the glue was built
     (kernel,) = [r for r in result.compile.resources if "relu_kernel" in r.name]
     assert kernel.registers is not None and kernel.registers > 0
     assert kernel.shared_bytes == 1024
 
 
+@pytest.mark.slow
 def test_a_broken_cuda_source_is_a_compile_error_with_the_compilers_message(fresh_cache: Path) -> None:
     broken = LEAN.replace("tile[threadIdx.x] = i < n", "tile[threadIdx.x] = undeclared_name + (i < n")
-    result = run_pipeline(job(broken))
-    assert result.status == Status.COMPILE_ERROR and result.stage == Stage.BUILD
+    result = run_pipeline(job(broken, fresh_cache))
+    assert result.status == Status.COMPILE_ERROR and result.stage == Stage.BUILD, result.error
     assert result.error is not None and "nvcc failed" in result.error.message
     assert result.compile is not None and not result.compile.ok
     assert "undeclared_name" in result.compile.log_tail and "error" in result.compile.log_tail
@@ -79,8 +186,26 @@ def test_a_broken_cuda_source_is_a_compile_error_with_the_compilers_message(fres
 
 
 @pytest.mark.slow
-def test_a_torch_extension_candidate_compiles_for_sm90a(fresh_cache: Path) -> None:
-    """The full load_inline shape (torch/extension.h): tens of seconds of nvcc on two cores."""
-    result = run_pipeline(job((EXPLOITS / "gpu" / "relu_cuda_honest.py").read_text()))
-    assert result.status == Status.OK and result.stage == Stage.BUILD, result.summary()
-    assert any(r.registers for r in result.compile.resources)
+def test_broken_cpp_glue_is_a_compile_error_from_gxx(fresh_cache: Path) -> None:
+    """The glue binds a function its cpp_sources never declare: g++ fails on main.cpp (torch's
+    generated `m.def("launch_relu", ...)`), as torch's build does on a GPU machine."""
+    broken = LEAN.replace('functions=["launch"]', 'functions=["launch_relu"]')
+    result = run_pipeline(job(broken, fresh_cache))
+    assert result.status == Status.COMPILE_ERROR and result.stage == Stage.BUILD, result.summary()
+    assert "g++ failed to compile the cpp_sources" in result.error.message
+    assert "nvcc failed" not in result.error.message  # the CUDA side was fine
+    assert re.search(r"main\.cpp:\d+:\d+: error: .*launch_relu", result.error.traceback_tail)
+
+
+@pytest.mark.slow
+def test_a_glue_declaration_the_cuda_side_does_not_define_fails_before_the_import_would(fresh_cache: Path) -> None:
+    """Both objects compile, but main.cpp calls launch(const float*, float*, long) and cuda.cu
+    defines launch(const float*, float*, int): on a GPU the link passes and the import fails
+    ("undefined symbol"); here the verdict says so at the build."""
+    mismatched = LEAN.replace("void launch(const float* x, float* y, long n) { relu_kernel",
+                              "void launch(const float* x, float* y, int n) { relu_kernel")
+    result = run_pipeline(job(mismatched, fresh_cache))
+    assert result.status == Status.COMPILE_ERROR and result.stage == Stage.BUILD, result.summary()
+    assert "do not define" in result.error.message
+    assert "launch(float const*, float*, long)" in result.error.traceback_tail
+    assert "defined: launch(float const*, float*, int)" in result.error.traceback_tail
