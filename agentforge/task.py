@@ -218,19 +218,22 @@ class Task:
             except Exception as exc:
                 raise TaskLoadError(self._where, f"Model(...) fails: {_one_line(exc)}") from exc
 
-    def footprint(self, shape: str = DEFAULT_SHAPE) -> dict[str, float | None]:
+    def footprint(self, shape: str = DEFAULT_SHAPE, forward_budget_s: float | None = None
+                  ) -> dict[str, float | None]:
         """Bytes of one call on a shape variant, found on the meta device (nothing allocated):
         its inputs (floating ones at the task's dtype), the model's parameters and buffers, its
-        outputs (None when the forward cannot run on meta), and the declared `bytes_moved`."""
+        outputs (None when the forward cannot run on meta, or runs past `forward_budget_s`: a
+        recurrent layer on meta steps through time in Python, 30 s for KernelBench's GRUs), and
+        the declared `bytes_moved`."""
         with self.shape_variant(shape), torch.device("meta"), _seeded(0):
             inputs = list(self.module.get_inputs())
         placed = [_place(x, "meta", self.dtype) for x in inputs]
         model = self.instantiate_on_meta(shape).to(device="meta", dtype=self.dtype)
         state = itertools.chain(model.parameters(), model.buffers())
         try:
-            with torch.no_grad(), self.shape_variant(shape):
+            with torch.no_grad(), self.shape_variant(shape), _time_budget(forward_budget_s):
                 outputs: float | None = _nbytes(model(*placed))
-        except Exception:  # data-dependent ops have no meta kernel
+        except Exception:  # data-dependent ops have no meta kernel; or out of time
             outputs = None
         return {"inputs": _nbytes(placed), "params": float(sum(t.numel() * t.element_size() for t in state)),
                 "outputs": outputs, "declared": self.bytes_moved(shape)}
@@ -316,6 +319,7 @@ class Task:
 # Task files are trusted no more than they must be: a process that only wants to know a task's
 # shape names, or whether it needs a model hub, reads its syntax tree instead of importing it.
 _HUB_MODULES = ("transformers", "huggingface_hub", "diffusers", "timm")
+PROBE_FORWARD_BUDGET_S = 10.0  # per shape: past it the probe sizes outputs as the inputs
 
 
 def declared_shape_names(source: str) -> tuple[str, ...] | None:
@@ -411,13 +415,36 @@ def probe_entry(job: Any) -> Any:
     shapes: dict[str, Any] = {}
     for shape in task.shapes:
         try:
-            shapes[shape] = task.footprint(shape)
+            shapes[shape] = task.footprint(shape, forward_budget_s=PROBE_FORWARD_BUDGET_S)
         except MemoryError as exc:  # sizing alone exhausted the sandbox: that shape is too large here
             shapes[shape] = {"error": f"MemoryError: {exc}", "too_large": True}
         except Exception as exc:  # left to the evaluator's own task check to report
             shapes[shape] = {"error": _one_line(exc)}
     probe = {"shapes": shapes, "dtype": task.dtype_name, "memory": _device_memory(job.device)}
     return EvalResult(**base, status=Status.OK, stage=Stage.DONE, candidate_meta={"task_probe": probe})
+
+
+@contextlib.contextmanager
+def _time_budget(seconds: float | None) -> Iterator[None]:
+    """TimeoutError in the block after `seconds` of wall time (SIGALRM: main thread only; elsewhere,
+    or with None, no budget)."""
+    import signal
+    import threading
+
+    if seconds is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: object) -> None:
+        raise TimeoutError(f"ran past {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _device_memory(device: str) -> dict[str, float | str | None]:

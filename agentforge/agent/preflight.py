@@ -22,15 +22,16 @@ if TYPE_CHECKING:
 
 PROBE_ENTRY = "agentforge.task:probe_entry"
 PROBE_TIMEOUT_S = 120.0  # importing a task and sizing its shapes on the meta device
-# What one evaluation holds at its peak, summed over the sandbox's process tree (the quantity its
-# memory watchdog limits): about BASE plus FACTOR times one call's tensors (inputs, outputs,
-# parameters) at the task's dtype. Measured on fp32 ReLU shapes by polling the tree's resident
-# memory (2-core CPU VM, torch 2.13, eager and torch.compile baselines): 2.8 GiB at 1 KB of
-# tensors, 4.5 GiB at 64 MiB, 6.1 GiB at 128 MiB, i.e. about 27x the tensors beyond the base
-# (float64 reference copies, pristine inputs, a pool of fresh inputs for timing, the baselines),
-# rounded up for what the measurement could not see.
-FOOTPRINT_BASE_BYTES = 3 * 2**30
-FOOTPRINT_FACTOR = 32
+# What one evaluation holds at its peak: about BASE plus FACTOR times one call's tensors (inputs,
+# outputs, parameters) at the task's dtype, per kind of device.
+# CPU: the sandbox's process tree (the quantity its memory watchdog limits), measured on fp32 ReLU
+# shapes by polling the tree's resident memory (2-core CPU VM, torch 2.13, eager and torch.compile
+# baselines): 2.8 GiB at 1 KB of tensors, 4.5 GiB at 64 MiB, 6.1 GiB at 128 MiB, i.e. about 27x
+# the tensors beyond the base (float64 reference copies, pristine inputs, a pool of fresh inputs
+# for timing, the baselines), rounded up for what the measurement could not see.
+# CUDA: not yet measured (no GPU lent so far), so a lower bound only refuses what cannot fit:
+# the tensors, their float64 reference copies (2x) and the candidate's outputs.
+FOOTPRINT = {"cpu": (3 * 2**30, 32.0), "cuda": (2**30, 6.0)}
 
 
 class PreflightError(Exception):
@@ -105,15 +106,18 @@ def run_probe(job: EvalJob, sandbox: SandboxConfig) -> EvalResult:
 def check_memory(name: str, figures: dict[str, Any], wanted: tuple[str, ...], known: tuple[str, ...],
                  memory_gb: float, device: str) -> None:
     """Refuse a wanted shape whose evaluation cannot fit here, naming the shapes that fit."""
-    budget, where = memory_budget(figures.get("memory") or {}, memory_gb, device)
-    needed = {s: needed_bytes(figures["shapes"].get(s) or {}) for s in known}
+    memory = figures.get("memory") or {}
+    budget, where = memory_budget(memory, memory_gb, device)
+    kind = "cuda" if memory.get("kind") == "cuda" else "cpu"
+    needed = {s: needed_bytes(figures["shapes"].get(s) or {}, kind) for s in known}
     too_big = [s for s in wanted if (n := needed.get(s)) is not None and n > budget]
     if not too_big:
         return
     fit = [s for s in known if (n := needed[s]) is not None and n <= budget]
     sizes = ", ".join(f"'{s}' needs about {_gib(needed[s])}" for s in too_big)
     advice = (f"shapes that fit: {', '.join(fit)} (run with {' '.join(f'--shape {s}' for s in fit)})" if fit
-              else "no shape of it fits")
+              else "no shape of it fits (declare a smaller variant in its SHAPES, or raise sandbox.memory_gb "
+              "where the machine has the memory)")
     raise PreflightError("ShapeTooLarge", f"{name}: {sizes} to evaluate, more than the {_gib(budget)} {where}; "
                          f"{advice}", name, shapes_that_fit=fit,
                          needed_bytes={s: n for s, n in needed.items() if n is not None and n != float("inf")},
@@ -133,16 +137,18 @@ def memory_budget(memory: dict[str, Any], memory_gb: float, device: str) -> tupl
     return limit, f"the sandbox may use (sandbox.memory_gb = {memory_gb:g})"
 
 
-def needed_bytes(footprint: dict[str, Any]) -> float | None:
-    """The estimated peak of one evaluation of a shape from the probe's figures; None when the
-    shape could not be sized (the evaluator's own task check will tell what is wrong with it)."""
+def needed_bytes(footprint: dict[str, Any], kind: str = "cpu") -> float | None:
+    """The estimated peak of one evaluation of a shape on a kind of device (cpu, cuda) from the
+    probe's figures; None when the shape could not be sized (the evaluator's own task check will
+    tell what is wrong with it)."""
     if footprint.get("too_large"):
         return float("inf")
     if "inputs" not in footprint:
         return None
     outputs = footprint["outputs"] if footprint["outputs"] is not None else footprint["inputs"]
     tensors = max(footprint["inputs"] + outputs, footprint.get("declared") or 0.0) + footprint["params"]
-    return FOOTPRINT_BASE_BYTES + FOOTPRINT_FACTOR * tensors
+    base, factor = FOOTPRINT[kind]
+    return base + factor * tensors
 
 
 def _gib(value: float) -> str:
