@@ -94,3 +94,31 @@ def test_check_memory_names_the_shapes_that_fit_and_uses_a_lower_bound_on_cuda()
     check_memory("level1/t", gpu, ("default",), tuple(shapes), 16.0, "cuda")  # 8 GiB of tensors, x6 + 1 GiB
     assert needed_bytes(shapes["default"], "cuda") < needed_bytes(shapes["default"], "cpu")
     assert needed_bytes({"too_large": True}) == float("inf") and needed_bytes(shapes["odd"]) is None
+
+
+def test_a_kernelbench_problem_using_einops_loads(write_task):
+    """KernelBench's Mamba2 problems (level 3) import einops, a dependency of ours for that reason."""
+    path = write_task('''
+        import torch
+        import torch.nn as nn
+        from einops import rearrange
+
+        class Model(nn.Module):
+            def __init__(self, block_len):
+                super().__init__()
+                self.block_len = block_len
+
+            def forward(self, x):
+                return rearrange(x, "b (c l) h -> b c l h", l=self.block_len).sum(dim=2)
+
+        batch_size, seq_length, n_heads, block_len = 2, 8, 3, 4
+
+        def get_inputs():
+            return [torch.randn(batch_size, seq_length, n_heads)]
+
+        def get_init_inputs():
+            return [block_len]
+        ''', "KernelBench/level3/48_Mamba2_like.py")
+    task = load_task(path)
+    assert task.name == "level3/48_Mamba2_like"
+    assert tuple(task.make_model(0)(*task.make_inputs(0))[0].shape) == (2, 3)
