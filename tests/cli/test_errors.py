@@ -92,10 +92,11 @@ def _cases(tmp_path: Path) -> dict[str, Case]:
                                "--results-url", url, "--backend", "cpu", "--device", "cpu"], "nosuchlevel"),
         "isolation-refused": Case(
             ["optimize", str(REPO / "tasks" / "level1" / "relu.py"), "--provider", "library", "--backend", "cpu",
-             "--out", str(tmp_path / "runs")], "--isolation none", env={"PATH": "/nonexistent"}),
+             "--out", str(tmp_path / "runs"), "--shape", "small"], "--isolation none", env={"PATH": "/nonexistent"}),
         "provider-down": Case(
             ["optimize", str(REPO / "tasks" / "level1" / "relu.py"), "--provider", "openai", "--base-url",
-             "http://127.0.0.1:9/v1", "--backend", "cpu", "--out", str(tmp_path / "runs"), "--quick"],
+             "http://127.0.0.1:9/v1", "--backend", "cpu", "--out", str(tmp_path / "runs"), "--quick", "--shape",
+             "small"],
             "the LLM provider failed", env={"OPENAI_API_KEY": "dummy", "AGENTFORGE_PROVIDER_MAX_RETRIES": "0"},
             code=3),
     }

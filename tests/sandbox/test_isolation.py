@@ -90,8 +90,10 @@ def test_fork_bomb_is_bounded_and_cleaned_up(tmp_path: Path) -> None:
         "    n += 1\nRESULT_NOTE = n\n"
     )
     result = run(make_job(source), config)
-    assert result.status == Status.OK, result.error
-    assert 0 < int(result.candidate_meta["note"]) <= 64
+    if result.status == Status.OK:  # RLIMIT_NPROC stopped it before the tree reached the limit
+        assert 0 < int(result.candidate_meta["note"]) <= 64
+    else:  # the watchdog saw the tree at the limit: a fork burst, named so
+        assert result.error is not None and result.error.type == "ProcessLimit", result.error
     assert processes_with(marker) == []
 
 
