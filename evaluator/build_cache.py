@@ -73,6 +73,13 @@ def publish(staging: Path, target: CacheEntry) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def ready_entries(kind: str) -> list[CacheEntry]:
+    root = _builds() / kind
+    if not root.is_dir():
+        return []
+    return [CacheEntry(p) for p in sorted(root.iterdir()) if not p.name.startswith(".") and CacheEntry(p).ready]
+
+
 def staging_dir(kind: str) -> Path:
     root = _builds() / kind
     root.mkdir(parents=True, exist_ok=True)

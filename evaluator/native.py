@@ -52,6 +52,9 @@ PCH_HEADER = "torch/extension.h"
 # torch 2.13's torch/extension.h precompiles to about 0.8 GB with g++ 12: below this file size
 # limit (RLIMIT_FSIZE) the write would fail after a minute of work, so no build is tried.
 PCH_MIN_FILE_LIMIT = 2 << 30
+# Each flag set needs its own header (about 0.8 GB): past this many in the cache, a new flag set
+# builds without one rather than fill the disk (most candidates pass no flags, or -O3).
+PCH_MAX_HEADERS = 4
 
 
 class BuildError(RuntimeError):
@@ -261,6 +264,8 @@ def extension_pch(plan: TorchBuildPlan, build: bool = True) -> tuple[Path | None
     limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
     if limit != resource.RLIM_INFINITY and limit < PCH_MIN_FILE_LIMIT:
         return None, f"no precompiled header: the file size limit ({limit >> 20} MiB) is below its size"
+    if len(build_cache.ready_entries("pch")) >= PCH_MAX_HEADERS:
+        return None, f"no precompiled header: the cache holds {PCH_MAX_HEADERS} for other flags already"
     with build_cache.locked("pch", key):
         if target.ready:  # built by another process while this one waited
             return target.folder, f"{target.folder / PCH_HEADER}.gch"
