@@ -28,18 +28,24 @@ def expected_dtype(reference: torch.Tensor, task_dtype: torch.dtype) -> torch.dt
     return reference.dtype
 
 
-def reference_output_dtypes(model: torch.nn.Module, inputs: list[Any]) -> tuple[torch.dtype, ...] | None:
-    """The dtypes the task-precision reference returns, found on the meta device (no compute):
-    a bf16 model may return fp32 on purpose (a loss, router probabilities). None when its forward
-    cannot run on meta (data-dependent ops such as nonzero); `expected_dtype` then decides."""
+def reference_meta_outputs(model: torch.nn.Module, inputs: list[Any]) -> Any:
+    """What the reference returns, on the meta device (shapes and dtypes, no compute); None when
+    its forward cannot run on meta (data-dependent ops such as nonzero)."""
     try:
         state = {k: v.to("meta") for k, v in itertools.chain(model.named_parameters(), model.named_buffers())}
         meta_inputs = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in inputs]
         with torch.no_grad():
-            out = torch.func.functional_call(model, state, tuple(meta_inputs))
-        return tuple(t.dtype for t in flatten_tensors(out))
+            return torch.func.functional_call(model, state, tuple(meta_inputs))
     except Exception:
         return None
+
+
+def reference_output_dtypes(model: torch.nn.Module, inputs: list[Any]) -> tuple[torch.dtype, ...] | None:
+    """The dtypes the task-precision reference returns, found on the meta device (no compute):
+    a bf16 model may return fp32 on purpose (a loss, router probabilities). None when its forward
+    cannot run on meta (data-dependent ops such as nonzero); `expected_dtype` then decides."""
+    out = reference_meta_outputs(model, inputs)
+    return None if out is None else tuple(t.dtype for t in flatten_tensors(out))
 
 
 def compare(candidate: Any, reference: Any, task_dtype: torch.dtype, atol: float, rtol: float,

@@ -59,8 +59,13 @@ class OpRecorder(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
     def compute_ops(self, allowed: Iterable[str] = ()) -> dict[str, int]:
-        allowed_set = NON_COMPUTE_OPS | set(allowed)
-        return {k: v for k, v in self.counts.items() if k not in allowed_set}
+        return compute_ops(self.counts, allowed)
+
+
+def compute_ops(counts: dict[str, int], allowed: Iterable[str] = ()) -> dict[str, int]:
+    """The operators in `counts` that did compute a kernel should have done."""
+    allowed_set = NON_COMPUTE_OPS | set(allowed)
+    return {k: v for k, v in counts.items() if k not in allowed_set}
 
 
 # ----- tamper detection ---------------------------------------------------------------------

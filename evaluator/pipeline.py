@@ -1,13 +1,19 @@
-"""The evaluator, as a list of stages: build, load, correctness, integrity, timing, profile.
+"""The evaluator, as a list of stages: task, build, load, correctness, integrity, timing, profile.
 
-`run_pipeline(job)` runs inside the sandbox child and never raises: every failure is a value in
-the returned EvalResult. It stops at the first failing stage.
+`run_pipeline(job, worker)` is the judge: it runs inside the sandbox child and never raises, every
+failure is a value in the returned EvalResult, and it stops at the first failing stage. It never
+imports or runs candidate code: the candidate worker (`sandbox/worker.py`, `candidate_side.py`)
+does, and everything it sends back is data (`remote.py`). The seeds are drawn here, after the
+worker started, and reach the verdict's provenance only when it is written.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import secrets
+import signal
 import time
 import traceback
 from collections.abc import Iterator
@@ -20,13 +26,13 @@ from agentforge.evaluator import (
     build_cache,
     device_state,
     integrity,
-    native,
+    redact,
     roofline_stage,
+    task_check,
     triton_aot,
-    triton_interpret,
 )
-from agentforge.evaluator.guards import ConcurrencyWatch, TamperSnapshot
-from agentforge.evaluator.loading import load_candidate
+from agentforge.evaluator.guards import compute_ops
+from agentforge.evaluator.remote import CandidateRaised, WorkerBroken, WorkerClient, evidence_items
 from agentforge.evaluator.result import (
     CompileRecord,
     CorrectnessConfig,
@@ -38,11 +44,13 @@ from agentforge.evaluator.result import (
     Stage,
     Status,
     TimingConfig,
+    from_plain,
     to_plain,
 )
 from agentforge.evaluator.stage_correctness import (
     CorrectnessOutcome,
     CorrectnessSettings,
+    build_remote,
     check_shape,
     reference_dtype_for,
 )
@@ -52,12 +60,15 @@ from agentforge.candidate import code_hash
 from agentforge.task import DEFAULT_SHAPE, Task, TaskLoadError
 
 SPEEDUP_AUDIT = 10.0
+_SIGNAL_TYPES = {signal.SIGSEGV: "Segfault", signal.SIGBUS: "BusError", signal.SIGABRT: "Abort",
+                 signal.SIGFPE: "FloatingPointError", signal.SIGILL: "IllegalInstruction",
+                 signal.SIGXCPU: "CpuLimit", signal.SIGKILL: "Killed", signal.SIGXFSZ: "FileSizeLimit"}
 _perf_counter = time.perf_counter  # bound before any candidate can patch `time`
 
 # KernelBench's published settings (see FIELD.md): compare with its numbers on this track.
 KERNELBENCH_TIMING = TimingConfig(warmup=3, min_reps=100, max_reps=100, target_rel_stderr=0.0, flush_l2=False,
                                   statistic="mean", fresh_inputs=False, recheck_fraction=0.0)
-KERNELBENCH_CORRECTNESS = CorrectnessConfig(trials=5, base_seed=42, atol=1e-2, rtol=1e-2)
+KERNELBENCH_CORRECTNESS = CorrectnessConfig(trials=5, atol=1e-2, rtol=1e-2)
 
 
 @dataclass
@@ -69,20 +80,24 @@ class Context:
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     flags: list[Flag] = field(default_factory=list)
     compile: CompileRecord | None = None
+    seeds: dict[str, int] = field(default_factory=dict)  # secret until the verdict is written
 
 
 def track_settings(job: EvalJob) -> tuple[TimingConfig, CorrectnessConfig]:
     if job.track == "kernelbench":
-        return KERNELBENCH_TIMING, KERNELBENCH_CORRECTNESS
+        return KERNELBENCH_TIMING, replace(KERNELBENCH_CORRECTNESS, base_seed=job.correctness.base_seed)
     return job.timing, job.correctness
 
 
-def run_pipeline(job: EvalJob) -> EvalResult:
+def run_pipeline(job: EvalJob, worker: WorkerClient | None = None) -> EvalResult:
+    """The verdict on `job`. Candidate code runs only in `worker` (a started, set-up worker
+    process; None: spawn one for this job); this process holds the seeds, the reference and the
+    verdict, and never imports the candidate."""
     ctx = Context(job)
     build_cache.set_cache_root(job.cache_dir)
     try:
         with _cpu_threads(job):
-            return _run(ctx)
+            return _run(ctx, worker)
     except Exception as exc:
         status = Status.RUNTIME_ERROR
         return _finish(ctx, status, error=ErrorRecord(
@@ -109,75 +124,88 @@ def _cpu_threads(job: EvalJob) -> Iterator[None]:
             os.environ["OMP_NUM_THREADS"] = saved_env
 
 
-def _run(ctx: Context) -> EvalResult:
+def _run(ctx: Context, worker: WorkerClient | None) -> EvalResult:
     job = ctx.job
+    ctx.stage = Stage.TASK
     try:
         task = Task(job.task_name, job.task_source)
     except TaskLoadError as exc:
-        return _finish(ctx, Status.RUNTIME_ERROR, error=ErrorRecord(type="TaskLoadError", message=str(exc)))
+        return _finish(ctx, Status.TASK_ERROR, error=ErrorRecord(type="TaskLoadError", message=str(exc)))
     ctx.device = device_state.resolve_device(job.device)
+    try:
+        shapes = _shapes(task, job)
+    except KeyError as exc:
+        return _finish(ctx, Status.TASK_ERROR, error=ErrorRecord(type="UnknownShape", message=str(exc.args[0])))
     # Triton without a GPU runs in Triton's interpreter (correctness, then an ahead-of-time compile
     # for the target); CUDA without a GPU gets the nvcc verdict alone.
-    interpret = job.backend == "triton" and ctx.device.type != "cuda" and not job.compile_only
+    interpret = interpreted(job, ctx.device)
     compile_only = job.compile_only or (job.backend in ("cuda", "triton") and ctx.device.type != "cuda"
                                         and not interpret)
-    if interpret:
-        try:
-            triton_interpret.enable()
-        except (ImportError, triton_interpret.TritonImportedTooEarly) as exc:
-            return _finish(ctx, Status.RUNTIME_ERROR, error=ErrorRecord(
-                type=type(exc).__name__, message=f"Triton's interpreter is unavailable here: {exc}"))
+    timing_cfg, correctness_cfg = track_settings(job)
+    settings = _correctness_settings(task, job, correctness_cfg)
+    ctx.seeds = {"base_seed": settings.base_seed}
+    if not compile_only:
+        problem = task_check.check(task, shapes, settings.base_seed, ctx.device)
+        if problem is not None:
+            return _finish(ctx, Status.TASK_ERROR, error=problem)
     static = integrity.static_findings(job.candidate_source)
-    snapshot = TamperSnapshot.take()
-    watch = ConcurrencyWatch.start()
 
-    # ----- build and load
+    # ----- build and load, in the worker
     ctx.stage = Stage.BUILD
-    loaded = load_candidate(job.candidate_source, job.backend, compile_only, job.cuda_arch,
+    owned = worker is None
+    client = worker or WorkerClient.spawn(interpret=interpret)
+    try:
+        if owned:
+            client.setup(workdir=os.getcwd(), cache_dir=str(build_cache.cache_root()), cpu_threads=job.cpu_threads,
+                         device=str(ctx.device), torch_switches=True)
+        return _with_worker(ctx, task, client, shapes, static, settings, timing_cfg, interpret, compile_only)
+    except WorkerBroken as exc:
+        if exc.signal is not None:  # the candidate's code crashed its process: a crash, with the signal
+            return _finish(ctx, Status.CRASH, error=ErrorRecord(
+                type=_SIGNAL_TYPES.get(exc.signal, "Signal"), message=f"candidate worker {exc}", signal=exc.signal))
+        return _finish(ctx, Status.RUNTIME_ERROR, error=ErrorRecord(type="WorkerBroken", message=str(exc)))
+    finally:
+        client.close()
+
+
+def _with_worker(ctx: Context, task: Task, client: WorkerClient, shapes: list[str],
+                 static: list[integrity.StaticFinding], settings: CorrectnessSettings, timing_cfg: TimingConfig,
+                 interpret: bool, compile_only: bool) -> EvalResult:
+    job = ctx.job
+    loaded = client.request("load", source=job.candidate_source, backend=job.backend, compile_only=compile_only,
+                            arch=job.cuda_arch, device=str(ctx.device), interpret=interpret,
                             module_name=f"agentforge_candidate_{code_hash(job.candidate_source)}")
-    ctx.compile = loaded.compile
-    if loaded.compile_failed:
-        return _finish(ctx, Status.COMPILE_ERROR, error=loaded.error)
+    ctx.compile, error = _load_reply(loaded, job.backend)
+    if loaded.get("compile_failed") is True:
+        return _finish(ctx, Status.COMPILE_ERROR, error=error)
     # What was actually built (flags and sources as the compiler got them, assembled at run time
     # or not) joins the static evidence.
-    static += integrity.build_findings(native.BUILD_EVENTS)
+    static += [integrity.StaticFinding(rule, evidence) for rule, evidence in
+               evidence_items(loaded.get("build_findings", []))]
     if compile_only:
-        _collect_flags(ctx, static, CorrectnessOutcome(), task, snapshot, watch)
-        if loaded.error is not None:
+        _collect_flags(ctx, static, CorrectnessOutcome(), task, _final(client))
+        if error is not None:
             ctx.stage = Stage.LOAD
-            return _finish(ctx, Status.RUNTIME_ERROR, error=loaded.error)
+            return _finish(ctx, Status.RUNTIME_ERROR, error=error)
         # No GPU: the build verdict is all there is; `accepted` stays false without correctness.
         return _finish(ctx, Status.OK)
     ctx.stage = Stage.LOAD
-    if loaded.error is not None or loaded.model_cls is None:
-        return _finish(ctx, Status.RUNTIME_ERROR, error=loaded.error)
+    if error is not None or loaded.get("has_model") is not True:
+        return _finish(ctx, Status.RUNTIME_ERROR, error=error or ErrorRecord(
+            type="MissingModelNew", message="the candidate defines no class `ModelNew`"))
 
     # ----- correctness, gathering run-time evidence for the integrity rules
     ctx.stage = Stage.CORRECTNESS
-    timing_cfg, correctness_cfg = track_settings(job)
-    tol = task.tolerance
-    settings = CorrectnessSettings(
-        trials=correctness_cfg.trials, base_seed=correctness_cfg.base_seed,
-        reference_dtype=reference_dtype_for(task.dtype, job.track, correctness_cfg.reference_dtype),
-        atol=correctness_cfg.atol if correctness_cfg.atol is not None else tol.atol,
-        rtol=correctness_cfg.rtol if correctness_cfg.rtol is not None else tol.rtol,
-        extra_checks=True,
-    )
-    shapes = _shapes(task, job)
     outcome = CorrectnessOutcome()
-    device_state.reset_persisting_l2()
-    launches = triton_aot.capture() if interpret else contextlib.nullcontext(None)
     try:
-        with torch.no_grad(), launches as launch_log:
+        with torch.no_grad():
             for index, shape in enumerate(shapes):
-                check_shape(task, loaded.model_cls, shape, index, ctx.device, settings, outcome,
-                            task.allowed_torch_ops)
-    except Exception as exc:
-        _collect_flags(ctx, static, outcome, task, snapshot, watch)
-        return _finish(ctx, Status.RUNTIME_ERROR, correctness=outcome.records, error=ErrorRecord(
-            type=type(exc).__name__, message=str(exc)[:2000], traceback_tail=traceback.format_exc()[-4000:]))
-
-    _collect_flags(ctx, static, outcome, task, snapshot, watch)
+                check_shape(task, client, shape, index, ctx.device, settings, outcome)
+    except CandidateRaised as exc:
+        _collect_flags(ctx, static, outcome, task, _final(client))
+        return _finish(ctx, Status.RUNTIME_ERROR, correctness=outcome.records, error=exc.record)
+    final = _final(client)
+    _collect_flags(ctx, static, outcome, task, final)
     failed = [r for r in outcome.records if not r.passed]
     if failed:
         passed_shapes = {r.shape for r in outcome.records} - {r.shape for r in failed}
@@ -189,24 +217,23 @@ def _run(ctx: Context) -> EvalResult:
     if _rejecting(ctx):
         return _finish(ctx, Status.INTEGRITY_FLAG, correctness=outcome.records)
     if interpret:
-        dry_launch_notes = triton_aot.dry_launch(task, loaded.model_cls, shapes, ctx.device, launch_log)
-        return _interpreted_verdict(ctx, launch_log, outcome, dry_launch_notes)
+        specs, problems = final.get("launch_specs", []), final.get("launch_problems", [])
+        notes = _dry_launches(task, client, shapes, ctx.device, specs)
+        return _interpreted_verdict(ctx, specs, problems, outcome, notes)
     if not job.measure.timing:
         ctx.stage = Stage.DONE
         return _finish(ctx, Status.OK, correctness=outcome.records)
 
-    # ----- timing
+    # ----- timing: the worker times the candidate, this process the baselines, interleaved
     ctx.stage = Stage.TIMING
     timing_shape = job.timing_shape if job.timing_shape in shapes else shapes[0]
     reference, candidate = outcome.models[timing_shape]
     with torch.no_grad():
         timed = measure(task, timing_shape, candidate, reference, settings.reference_dtype, ctx.device, timing_cfg,
                         job.measure.baselines, _compile_modes(job, ctx.device), (settings.atol, settings.rtol),
-                        seed=correctness_cfg.base_seed + 99991)
+                        seed=settings.base_seed + 99991, outputs_like=outcome.expected.get(timing_shape))
     ctx.flags += [integrity.flag(rule, ev) for rule, ev in timed.evidence]
-    watch.threads |= timed.baseline_threads
-    watch.children |= timed.baseline_children
-    _collect_flags(ctx, [], CorrectnessOutcome(), task, snapshot, watch)
+    _collect_flags(ctx, [], CorrectnessOutcome(), task, _final(client))
     roofline = roofline_stage.roofline_for(task, timing_shape, ctx.device, timed.record.candidate.median_us)
     _speed_flags(ctx, timed.record, roofline)
     if _rejecting(ctx):
@@ -219,19 +246,92 @@ def _run(ctx: Context) -> EvalResult:
                    profile=profile)
 
 
-def _interpreted_verdict(ctx: Context, launch_log: Any, outcome: CorrectnessOutcome,
-                         notes: list[str]) -> EvalResult:
+def interpreted(job: EvalJob, device: torch.device) -> bool:
+    """Whether this job's Triton kernels run in Triton's interpreter (no GPU here)."""
+    return job.backend == "triton" and device.type != "cuda" and not job.compile_only
+
+
+def _correctness_settings(task: Task, job: EvalJob, config: CorrectnessConfig) -> CorrectnessSettings:
+    """Tolerances and the seeds. A seed the job does not fix (every job but a replay) is drawn here,
+    from the OS's random source, after the worker started: it never enters the worker's process."""
+    tol = task.tolerance
+    base_seed = config.base_seed if config.base_seed is not None else secrets.randbelow(2**31 - 2**20)
+    return CorrectnessSettings(
+        trials=config.trials, base_seed=base_seed,
+        reference_dtype=reference_dtype_for(task.dtype, job.track, config.reference_dtype),
+        atol=config.atol if config.atol is not None else tol.atol,
+        rtol=config.rtol if config.rtol is not None else tol.rtol,
+        extra_checks=True,
+    )
+
+
+def _load_reply(reply: dict[str, Any], backend: str) -> tuple[CompileRecord, ErrorRecord | None]:
+    """The worker's build report, read as data: a malformed one is the worker's failure."""
+    try:
+        record = from_plain(CompileRecord, reply["compile"])
+        error = from_plain(ErrorRecord, reply["error"]) if reply.get("error") is not None else None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise WorkerBroken(f"the build report is malformed: {exc}") from exc
+    if record.backend != backend:
+        raise WorkerBroken("the build report names another backend")
+    return record, error
+
+
+def _final(client: WorkerClient) -> dict[str, Any]:
+    """What the worker's process-wide watches saw (its own to spoil, like everything it says)."""
+    reply = client.request("finish")
+    counts = reply.get("op_counts")
+    if not isinstance(counts, dict) or not all(isinstance(k, str) and type(v) is int for k, v in counts.items()):
+        raise WorkerBroken("the operator counts are malformed")
+    reply["evidence"] = evidence_items(reply.get("evidence", []))
+    for key in ("launch_specs", "launch_problems"):
+        if not isinstance(reply.get(key), list):
+            raise WorkerBroken(f"{key} is malformed")
+    return reply
+
+
+def _dry_launches(task: Task, client: WorkerClient, checked: list[str], device: torch.device,
+                  specs: list[dict[str, Any]]) -> list[str]:
+    """ModelNew's host code on the shapes the interpreter did not check, launches recorded but not
+    run, so the compile covers what a GPU would launch there (see `triton_aot.dry_launch`)."""
+    notes = []
+    seen = {json.dumps(s, sort_keys=True) for s in specs}
+    for shape in [s for s in task.shapes if s not in checked]:
+        numel = task.input_numel(shape)
+        if numel is None or numel > triton_aot.DRY_LAUNCH_MAX_ELEMENTS:
+            notes.append(f"{shape}: not dry-launched ({numel} elements)")
+            continue
+        try:
+            _, candidate = build_remote(task, client, shape, 0, device)
+            found, note = candidate.dry_call(task.make_inputs(1, shape, device), shape)
+        except CandidateRaised as exc:
+            notes.append(f"{shape}: host code failed ({exc.record.type}: {exc.record.message[:200]})")
+            continue
+        if note:
+            notes.append(note)
+        for spec in found:
+            key = json.dumps(spec, sort_keys=True)
+            if key not in seen:
+                seen.add(key)
+                specs.append(spec)
+    return notes
+
+
+def _interpreted_verdict(ctx: Context, specs: list[dict[str, Any]], problems: list[str],
+                         outcome: CorrectnessOutcome, notes: list[str]) -> EvalResult:
     """Correct in the interpreter: compile what was launched for the job's GPU arch, report its
     resources, and stop (an interpreter's timing means nothing)."""
     ctx.stage = Stage.BUILD
     job = ctx.job
     started = _perf_counter()
-    if not launch_log.specs:
-        log = "no Triton kernel was launched: " + ("; ".join(launch_log.problems) or "ModelNew ran no kernel")
+    if not specs:
+        log = "no Triton kernel was launched: " + ("; ".join(str(p)[:300] for p in problems[:10])
+                                                   or "ModelNew ran no kernel")
         ctx.compile = replace(ctx.compile, ok=False, path="triton-interpreter", log_tail=log)
         return _finish(ctx, Status.COMPILE_ERROR, correctness=outcome.records,
                        error=ErrorRecord(type="NoTritonLaunch", message=log))
-    report = triton_aot.compile_launches(job.candidate_source, launch_log.specs, job.cuda_arch)
+    # A separate process imports the candidate's source to compile its kernels: never this one.
+    report = triton_aot.compile_launches(job.candidate_source, specs, job.cuda_arch)
     log = "\n".join(k.get("ptxas_log") or k.get("error") or "" for k in report["kernels"]) or report.get("log", "")
     log = "\n".join([*notes, log])
     resources = triton_aot.kernel_resources(report)
@@ -266,7 +366,7 @@ def _compile_modes(job: EvalJob, device: torch.device) -> tuple[str, ...]:
 
 
 def _collect_flags(ctx: Context, static: list[integrity.StaticFinding], outcome: CorrectnessOutcome, task: Task,
-                   snapshot: TamperSnapshot, watch: ConcurrencyWatch) -> None:
+                   final: dict[str, Any]) -> None:
     seen = {(f.rule, f.evidence) for f in ctx.flags}
 
     def add(rule: str, evidence: str, severity: str = "reject") -> None:
@@ -276,23 +376,13 @@ def _collect_flags(ctx: Context, static: list[integrity.StaticFinding], outcome:
 
     for finding in static:
         add(finding.rule, finding.evidence)
-    for rule, evidence in outcome.evidence:
-        add(rule, evidence)
-    compute = outcome.recorder.compute_ops(task.allowed_torch_ops)
+    for rule, evidence in [*outcome.evidence, *final.get("evidence", [])]:
+        if rule in integrity.RULES:  # a rule the worker made up is dropped, not trusted
+            add(rule, evidence)
+    compute = compute_ops(final.get("op_counts", {}), task.allowed_torch_ops)
     if compute:
         listed = ", ".join(f"{op} x{n}" for op, n in sorted(compute.items(), key=lambda kv: -kv[1])[:8])
         add("torch_fallback", f"ModelNew.forward dispatched PyTorch compute: {listed}")
-    patched, switched = snapshot.changes()
-    if patched:
-        add("monkey_patch", "replaced: " + ", ".join(patched[:10]))
-    if switched:
-        add("precision_switch", "; ".join(switched))
-    leftovers = watch.leftovers()
-    if leftovers:
-        add("background_work", "; ".join(leftovers[:5]))
-    l2 = device_state.persisting_l2_bytes() if ctx.device.type == "cuda" else None
-    if l2:
-        add("l2_persistence", f"persisting L2 carve-out of {l2} bytes left set")
 
 
 def _speed_flags(ctx: Context, timing_record: Any, roofline: Any) -> None:
@@ -338,7 +428,8 @@ def _finish(ctx: Context, status: Status, **records: Any) -> EvalResult:
         info = None
     provenance = EvalProvenance(
         track=job.track,
-        track_settings={"timing": to_plain(timing_cfg), "correctness": to_plain(correctness_cfg),
+        track_settings={"timing": to_plain(timing_cfg),
+                        "correctness": {**to_plain(correctness_cfg), **ctx.seeds},
                         "measure": to_plain(job.measure), "shapes": list(job.shapes),
                         "cpu_threads": job.cpu_threads if ctx.device.type == "cpu" else None},
         versions=device_state.versions(), device=info, host=device_state.host(), started_at=ctx.started_at,
@@ -350,4 +441,5 @@ def _finish(ctx: Context, status: Status, **records: Any) -> EvalResult:
         candidate_meta=dict(job.candidate_meta),
         **{k: tuple(v) if isinstance(v, list) else v for k, v in records.items()},
     )
+    result = redact.redact_result(result, redact.secret_strings(ctx.seeds))
     return replace(result, stage=Stage.DONE) if status == Status.OK and ctx.stage == Stage.DONE else result

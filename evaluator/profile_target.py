@@ -24,8 +24,8 @@ def main(job_path: str) -> int:
     if loaded.model_cls is None:
         return 1
     shape = job.timing_shape if job.timing_shape in task.shapes else "default"
-    _, candidate = build_models(task, loaded.model_cls, shape, job.correctness.base_seed, device)
-    inputs = task.make_inputs(job.correctness.base_seed + 1, shape, device)
+    _, candidate = build_models(task, loaded.model_cls, shape, job.correctness.base_seed or 0, device)
+    inputs = task.make_inputs((job.correctness.base_seed or 0) + 1, shape, device)
     with torch.no_grad():
         for _ in range(3):
             candidate(*inputs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,12 +11,17 @@ import torch
 from agentforge.evaluator import timing
 from agentforge.evaluator.compare import compare, reference_output_dtypes
 from agentforge.evaluator.guards import ConcurrencyWatch
+from agentforge.evaluator.remote import Clock, RemoteModel
 from agentforge.evaluator.result import TimingConfig, TimingRecord
 from agentforge.evaluator.stage_correctness import upcast
 
 from agentforge.task import Task
 
 POOL_SIZE = 4  # distinct input contents rotated through the same buffers
+# The worker's median must not be below this share of what the judge's own clock supports,
+# less the round trip's noise: an honest worker reports about 1.0.
+CLOCK_AGREEMENT = 0.5
+CLOCK_SLACK_US = 30.0
 
 
 @dataclass
@@ -26,6 +32,25 @@ class TimingOutcome:
     # harness's, not the candidate's, so the final background-work check leaves them out.
     baseline_threads: set[int] = field(default_factory=set)
     baseline_children: set[int] = field(default_factory=set)
+
+
+def clock_disagreement(samples_us: list[float], clock: Clock) -> tuple[str | None, str]:
+    """(evidence when the worker's samples are faster than the judge's clock allows, a note with the
+    judge's own estimate). The judge's estimate of a call is its round trip less the round trip of
+    the null candidate next to it; a worker can make its calls look slower, never faster."""
+    estimates = clock.per_call_us(last=len(samples_us)) if samples_us else []
+    if not estimates:
+        return None, "judge's clock: no null round trips"
+    estimate = statistics.median(estimates)
+    base = statistics.median(clock.null_wall_us)
+    claimed = statistics.median(samples_us)
+    slack = CLOCK_SLACK_US + 3 * clock.noise_us()
+    note = (f"judge's clock: {estimate:.1f} us per call (round trip less the null round trip beside it, "
+            f"median {base:.1f} us); worker reported {claimed:.1f} us")
+    if claimed < CLOCK_AGREEMENT * estimate - slack:
+        return (f"the worker reported a median of {claimed:.1f} us per call; the judge's own clock measured "
+                f"{estimate:.1f} us (null round trip {base:.1f} us, noise {clock.noise_us():.1f} us)"), note
+    return None, note
 
 
 def _compiled(model: torch.nn.Module, mode: str) -> Any:
@@ -51,10 +76,10 @@ def _load_notes(device: torch.device) -> list[str]:
     return [f"machine loaded: load average {load:.1f} on {cores} cores; CPU timings and their ratios are unreliable"]
 
 
-def measure(task: Task, shape: str, candidate: torch.nn.Module, reference: torch.nn.Module,
+def measure(task: Task, shape: str, candidate: RemoteModel, reference: torch.nn.Module,
             reference_dtype: torch.dtype, device: torch.device, config: TimingConfig,
             baselines: tuple[str, ...], compile_modes: tuple[str, ...], tolerance: tuple[float, float],
-            seed: int) -> TimingOutcome:
+            seed: int, outputs_like: Any = None) -> TimingOutcome:
     notes: list[str] = []
     pool = [task.make_inputs(seed + 7919 * (k + 1), shape, device) for k in range(POOL_SIZE)]
     buffers = [v.clone() if isinstance(v, torch.Tensor) else v for v in pool[0]]
@@ -80,7 +105,11 @@ def measure(task: Task, shape: str, candidate: torch.nn.Module, reference: torch
         result = compare(output, eager, task.dtype, atol=2 * tolerance[0], rtol=2 * tolerance[1], dtypes=dtypes)
         return None if result.passed else f"repetition {rep}, against eager: {result.message or result.failed_check}"
 
-    subjects = [timing.Subject("candidate", candidate)]
+    candidate.flush = config.flush_l2
+    if outputs_like is None:
+        outputs_like = reference(*buffers)
+    candidate.calibrate(outputs_like)
+    subjects = [timing.Subject("candidate", candidate.timer, timer=candidate.timer)]
     if "eager" in baselines:
         subjects.append(timing.Subject("eager", reference))
     before_compile = ConcurrencyWatch.start()
@@ -97,6 +126,10 @@ def measure(task: Task, shape: str, candidate: torch.nn.Module, reference: torch
                                  crosscheck=crosscheck if config.recheck_fraction > 0 else None)
     evidence = [("timed_output_mismatch", f) for f in run.recheck_failures[:3]]
     cand = run.subjects["candidate"]
+    disagreement, judge_note = clock_disagreement(cand.samples_us, candidate.clock)
+    notes.append(judge_note)
+    if disagreement:
+        evidence.append(("timing_disagreement", disagreement))
     if device.type == "cuda":
         gap = timing.unsynchronized_evidence(cand, [s for s in run.subjects.values() if s is not cand])
         if gap:

@@ -36,6 +36,9 @@ class Subject:
     fn: Callable[..., Any]
     samples_us: list[float] = field(default_factory=list)
     closed_us: list[float] = field(default_factory=list)  # start to an event after a device-wide sync
+    # How one call is timed, when not here: the candidate's calls are timed in its worker
+    # (`remote.RemoteModel.timer`), in the same way, and clocked by the judge besides.
+    timer: Callable[[list[Any]], tuple[float, float, Any]] | None = None
 
 
 @dataclass
@@ -125,7 +128,10 @@ def run_interleaved(
 
     for subject in subjects:  # warm-up, excluded
         for _ in range(config.warmup):
-            subject.fn(*buffers)
+            if subject.timer is not None:
+                subject.timer(buffers)
+            else:
+                subject.fn(*buffers)
         if cuda:
             _synchronize()
 
@@ -141,7 +147,10 @@ def run_interleaved(
         kept: dict[str, Any] = {}
         for subject in order:
             flush()
-            device_us, closed_us, out = timer(subject.fn, buffers)
+            if subject.timer is not None:
+                device_us, closed_us, out = subject.timer(buffers)
+            else:
+                device_us, closed_us, out = timer(subject.fn, buffers)
             subject.samples_us.append(device_us)
             subject.closed_us.append(closed_us)
             if subject.name in ("candidate", "eager") and crosscheck is not None:

@@ -16,13 +16,15 @@ import contextlib
 import dataclasses
 import faulthandler
 import importlib
+import inspect
 import os
 import sys
 import traceback
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from agentforge.evaluator import triton_interpret
-from agentforge.evaluator.result import ErrorRecord, EvalJob, EvalResult, Stage, Status
+from agentforge.evaluator.result import ErrorRecord, EvalJob, EvalResult, Stage, Status, to_plain
 from agentforge.sandbox import channel, limits, mounts
 from agentforge.sandbox.request import ChildRequest
 
@@ -80,19 +82,55 @@ def _memory_verdict(result: EvalResult, request: ChildRequest) -> EvalResult:
     return dataclasses.replace(result, status=Status.CRASH, error=error)
 
 
-def evaluate(request: ChildRequest) -> EvalResult:
-    """Call the entry; whatever it raises or returns becomes an EvalResult."""
+def evaluate(request: ChildRequest, worker: Any = None) -> EvalResult:
+    """Call the entry (with the candidate worker, when it takes one); whatever it raises or
+    returns becomes an EvalResult."""
     job = request.job
     try:
         triton_interpret.prepare_for(job.backend, job.device, job.compile_only)  # before anything imports triton
         entry = load_entry(request.entry)
+        takes_worker = "worker" in inspect.signature(entry).parameters
         with numeric_switches(request.torch_switches):
-            result = entry(job)
+            result = entry(job, worker=_set_up(worker, request)) if takes_worker else entry(job)
         if not isinstance(result, EvalResult):
             raise TypeError(f"entry {request.entry} returned {type(result).__name__}, not EvalResult")
     except BaseException as exc:  # the verdict must be a value, whatever the job did
         result = _exception_result(job, exc)
     return _memory_verdict(result, request)
+
+
+def _set_up(worker: Any, request: ChildRequest) -> Any:
+    """Harden the pre-forked worker as this process was hardened, once the request says how."""
+    if worker is None:
+        return None
+    job = request.job
+    worker.setup(workdir=request.workdir, limits=to_plain(request.limits), drop_to_uid=request.drop_to_uid,
+                 cache_dir=job.cache_dir, cpu_threads=job.cpu_threads, device=job.device,
+                 torch_switches=request.torch_switches)
+    return worker
+
+
+def _start_worker(interpret: bool) -> Any:
+    """The candidate worker, forked now: this process has imported torch but read nothing secret
+    (the request is still in its pipe) and initialised no CUDA. None when it cannot start."""
+    if interpret:
+        os.environ[triton_interpret.ENV] = "1"  # before anything imports triton, in both processes
+    try:
+        import agentforge.evaluator.candidate_side  # noqa: F401 - warm: imported once, before the fork
+        from agentforge.evaluator.remote import WorkerClient
+        from agentforge.sandbox.worker import fork_worker
+
+        pid, sock = fork_worker()
+    except Exception:
+        return None
+    return WorkerClient(sock, pid)
+
+
+def _no_dumps() -> None:
+    """Not dumpable: a process of the same uid (the worker) can neither ptrace this one nor read
+    its memory or descriptors under /proc."""
+    with contextlib.suppress(OSError):
+        limits.not_dumpable()
 
 
 def harden(request: ChildRequest) -> None:
@@ -142,9 +180,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--request-fd", type=int)
     parser.add_argument("--result-fd", type=int)
     parser.add_argument("--io-dir", help="container mode: request and result files in this directory")
+    parser.add_argument("--worker", action="store_true",
+                        help="fork the candidate worker now, before the request is read (the real pipeline)")
+    parser.add_argument("--interpret", action="store_true",
+                        help="the job runs Triton in its interpreter: set before torch imports triton")
     args = parser.parse_args(argv)
     if not args.io_dir and (args.request_fd is None or args.result_fd is None):
         parser.error("give --request-fd and --result-fd, or --io-dir")
+    _no_dumps()
+    worker = _start_worker(args.interpret) if args.worker else None
     data, send = _open_channel(args)
     limits.die_with_parent()
     faulthandler.enable(file=sys.stderr, all_threads=True)
@@ -157,7 +201,8 @@ def main(argv: list[str] | None = None) -> None:
         result = _exception_result(request.job, exc)
         result = dataclasses.replace(result, error=dataclasses.replace(result.error, type="SandboxError"))
     else:
-        result = evaluate(request)
+        _no_dumps()  # again: a change of uid resets the flag
+        result = evaluate(request, worker)
     try:
         payload = result.to_json().encode()
     except (TypeError, ValueError) as exc:  # e.g. a NaN the entry left in a record

@@ -32,6 +32,15 @@ def die_with_parent() -> None:
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+_PR_SET_DUMPABLE = 4
+
+
+def not_dumpable() -> None:
+    """No core dumps, and no ptrace or /proc/PID/{mem,fd,environ} access by other processes of the
+    same uid: the judge's memory stays out of the candidate worker's reach."""
+    _prctl(_PR_SET_DUMPABLE, 0)
+
+
 def no_new_privileges() -> None:
     """No setuid binary or file capability can give this process tree more rights."""
     _prctl(_PR_SET_NO_NEW_PRIVS, 1)

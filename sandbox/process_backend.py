@@ -24,7 +24,7 @@ from typing import BinaryIO
 
 from agentforge.evaluator.result import EvalJob, EvalResult
 from agentforge.sandbox import channel, isolation, reaper, verdict
-from agentforge.sandbox.config import SandboxConfig
+from agentforge.sandbox.config import DEFAULT_ENTRY, SandboxConfig
 from agentforge.sandbox.request import ChildRequest, Limits
 from agentforge.sandbox.watchdog import Breach, ProcessTree
 
@@ -166,7 +166,9 @@ class ProcessBackend:
         req_r, req_w = os.pipe()
         res_r, res_w = os.pipe()
         argv = [*plan.prefix, python, "-P", "-m", "agentforge.sandbox.child",
-                "--request-fd", str(req_r), "--result-fd", str(res_w)]
+                "--request-fd", str(req_r), "--result-fd", str(res_w),
+                *(["--worker"] if cfg.entry == DEFAULT_ENTRY else []),
+                *(["--interpret"] if _interprets(request.job) else [])]
         try:
             proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, pass_fds=(req_r, res_w),
@@ -202,6 +204,19 @@ class ProcessBackend:
             return verdict.over_limit(job, outcome.breach, stderr_tail, info)
         return verdict.crashed(job, returncode, plan.mode == "bwrap", problem, stderr_tail, info,
                                garbled=bool(outcome.data))
+
+
+def _interprets(job: EvalJob) -> bool:
+    """Whether the job's Triton kernels run in Triton's interpreter (the child must know before it
+    imports torch, which imports triton)."""
+    return job.backend == "triton" and not job.compile_only and not job.device.startswith("cuda") and (
+        job.device != "auto" or not _has_cuda())
+
+
+def _has_cuda() -> bool:
+    import shutil as _shutil
+
+    return _shutil.which("nvidia-smi") is not None
 
 
 def _write_and_close(fd: int, data: bytes) -> None:

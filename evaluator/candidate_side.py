@@ -1,0 +1,335 @@
+"""The candidate worker's half of the evaluator: everything that runs candidate code.
+
+Runs only in the untrusted worker process (`sandbox/worker.py`), which holds no seed, no reference
+model, no expected output and no channel a verdict could be written to. The judge sends it input
+tensors and the reference's weights; it answers with output tensors, raw timing samples and the
+evidence its in-process watches gathered. All of that is the candidate's own to spoil: the judge
+decides on it as data, checks the outputs by value against a reference it alone holds, and holds
+the worker's clock against its own.
+
+One `Worker` per process; each `handle_*` method serves one request of the protocol.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from agentforge.evaluator import device_state, integrity, native, triton_aot
+from agentforge.evaluator.guards import (
+    ConcurrencyWatch,
+    OpRecorder,
+    TamperSnapshot,
+    inspect_outputs,
+    precision_switches,
+)
+from agentforge.evaluator.loading import load_candidate
+from agentforge.evaluator.result import to_plain
+from agentforge.evaluator.stage_correctness import fingerprint, set_mode
+from agentforge.evaluator.timing import CacheFlusher
+from agentforge.sandbox.arena import Arena
+from agentforge.sandbox.wire import SharedFile
+
+from agentforge.task import flatten_tensors
+
+_perf_counter_ns = time.perf_counter_ns
+_Event = torch.cuda.Event
+_synchronize = torch.cuda.synchronize
+
+
+class WorkerFailure(Exception):
+    """A request the worker could not serve (the candidate raised); sent back as an error reply."""
+
+
+def _error(exc: BaseException) -> dict[str, Any]:
+    return {"type": type(exc).__name__, "message": str(exc)[:2000],
+            "traceback_tail": "".join(traceback.format_exception(exc))[-4000:]}
+
+
+def _copy_at_return(out: Any) -> Any:
+    if isinstance(out, torch.Tensor):
+        return torch.Tensor.clone(out).as_subclass(torch.Tensor)
+    if isinstance(out, list | tuple):
+        return type(out)(_copy_at_return(o) for o in out)
+    return out
+
+
+def _wire_safe(out: Any) -> Any:
+    """What of an output can travel: plain tensors, numbers, None, lists and tuples of them;
+    anything else becomes its type name (the judge flags non-tensor outputs)."""
+    if isinstance(out, torch.Tensor):
+        return out.detach()
+    if isinstance(out, list | tuple):
+        return type(out)(_wire_safe(o) for o in out)
+    if out is None or isinstance(out, bool | int | float | str):
+        return out
+    return {"__unsendable__": type(out).__qualname__}
+
+
+@dataclass
+class Worker:
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    model_cls: type | None = None
+    models: dict[str, Any] = field(default_factory=dict)
+    buffers: dict[str, list[Any]] = field(default_factory=dict)
+    recorder: OpRecorder = field(default_factory=OpRecorder)
+    snapshot: TamperSnapshot | None = None
+    watch: ConcurrencyWatch | None = None
+    interpret: bool = False
+    launches: Any = None
+    launch_log: Any = None
+    flusher: CacheFlusher | None = None
+    in_arena: Arena | None = None
+    landing: Arena | None = None
+    device_inputs: list[torch.Tensor] = field(default_factory=list)
+    returned: tuple[str, list[torch.Tensor], list[torch.Tensor]] | None = None  # the last call's outputs
+
+    # ----- build ------------------------------------------------------------------------------
+    def handle_load(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.device = torch.device(request["device"])
+        self.interpret = bool(request.get("interpret"))
+        if self.interpret:
+            from agentforge.evaluator import triton_interpret
+
+            triton_interpret.enable()
+        self.snapshot = TamperSnapshot.take()
+        self.watch = ConcurrencyWatch.start()
+        loaded = load_candidate(request["source"], request["backend"], bool(request["compile_only"]),
+                                request["arch"], module_name=request["module_name"])
+        self.model_cls = loaded.model_cls
+        findings = integrity.build_findings(native.BUILD_EVENTS)
+        if self.interpret and self.model_cls is not None:
+            self.launches = triton_aot.capture()
+            self.launch_log = self.launches.__enter__()
+        return {"compile": to_plain(loaded.compile), "error": to_plain(loaded.error) if loaded.error else None,
+                "compile_failed": loaded.compile_failed, "has_model": self.model_cls is not None,
+                "build_findings": [[f.rule, f.evidence] for f in findings]}
+
+    # ----- models -----------------------------------------------------------------------------
+    def handle_construct(self, request: dict[str, Any]) -> dict[str, Any]:
+        """ModelNew(*init) with the reference's weights where names and shapes match."""
+        if self.model_cls is None:
+            raise WorkerFailure("no ModelNew was loaded")
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)  # the weights that matter come from the reference, below
+            model = self.model_cls(*request["init"])
+        if isinstance(model, torch.nn.Module):
+            model = model.to(self.device)
+            own = model.state_dict()
+            state = {k: v.to(self.device) for k, v in request["state"].items()}
+            model.load_state_dict({k: v for k, v in state.items() if k in own and own[k].shape == v.shape},
+                                  strict=False)
+            set_mode(model)
+        self.models[request["key"]] = model
+        return {}
+
+    def _inputs(self, request: dict[str, Any]) -> list[Any]:
+        slot = request["slot"]
+        if request.get("empty_inputs") is not None:
+            self.buffers[slot] = [_empty(v, self.device) for v in request["empty_inputs"]]
+        elif request.get("inputs") is not None:
+            self.buffers[slot] = [v.to(self.device) if isinstance(v, torch.Tensor) else v
+                                  for v in request["inputs"]]
+        elif request.get("refill") is not None:
+            for buffer, value in zip(self.buffers[slot], request["refill"], strict=True):
+                if isinstance(buffer, torch.Tensor):
+                    buffer.copy_(value)
+        return self.buffers[slot]
+
+    # ----- one watched call -------------------------------------------------------------------
+    def _late_writes(self) -> list[list[str]]:
+        """The previous watched call's outputs, as they are now, against their copy at return: work
+        that landed after forward returned (a native thread, a side stream) shows here, a whole
+        request later, however long it waited."""
+        if self.returned is None:
+            return []
+        where, live, copies = self.returned
+        self.returned = None
+        if self.device.type == "cuda":
+            _synchronize()
+        if any(not torch.equal(a, b) for a, b in zip(live, copies, strict=True)):
+            return [["unsynchronized_work", f"{where}: the output changed after forward returned "
+                                            "(work outside the call: a thread, a side stream)"]]
+        return []
+
+    def handle_call(self, request: dict[str, Any]) -> dict[str, Any]:
+        late = self._late_writes()
+        self._take_landing(request)
+        model = self.models[request["key"]]
+        inputs = self._inputs(request)
+        where = str(request.get("where", ""))
+        if request.get("dry"):
+            return self._dry_call(model, inputs, where)
+        evidence: list[list[str]] = late
+        before = fingerprint(inputs)
+        device_state.poison_free_memory(self.device)
+        watch = ConcurrencyWatch.start()
+        switches = precision_switches()
+        with torch.no_grad(), self.recorder:
+            out = model(*inputs)
+        at_return = _copy_at_return(out)
+        evidence += [["background_work", item] for item in watch.still_running(f"when forward returned ({where})")]
+        now = precision_switches()
+        switched = [f"{k}: {v!r} -> {now[k]!r}" for k, v in switches.items() if now[k] != v]
+        if switched:
+            evidence.append(["precision_switch", f"{where}: " + "; ".join(switched)])
+        if self.device.type == "cuda":
+            _synchronize()
+        tensors = list(flatten_tensors(out))
+        plain = all(type(t) is torch.Tensor and t.layout == torch.strided and not t.is_meta for t in tensors)
+        if tensors and plain:
+            self.returned = (where, tensors, list(flatten_tensors(at_return)))
+        outputs = list(out) if isinstance(out, list | tuple) else [out]
+        evidence += [list(item) for item in inspect_outputs(outputs, inputs)]
+        after = fingerprint(inputs)
+        if after != before:
+            changed = [i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b]
+            evidence.append(["input_mutation", f"{where}: inputs {changed} changed"])
+        return {"output": self._outputs(at_return), "evidence": evidence}
+
+    def _dry_call(self, model: Any, inputs: list[Any], where: str) -> dict[str, Any]:
+        """ModelNew's host code with Triton launches recorded, not executed (see triton_aot)."""
+        try:
+            with torch.no_grad(), triton_aot.capture(execute=False) as dry:
+                model(*inputs)
+        except Exception as exc:
+            return {"specs": [], "note": f"{where}: host code failed without kernel results "
+                                         f"({type(exc).__name__}: {str(exc)[:200]})"}
+        return {"specs": dry.specs, "note": ""}
+
+    # ----- one timed call ---------------------------------------------------------------------
+    def handle_time(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One call timed as the judge times its baselines (events on CUDA, the monotonic clock on
+        the CPU, the cache flushed first). The judge also clocks the whole round trip."""
+        model = self.models[request["key"]] if request["key"] != "null" else None
+        self._take_landing(request)
+        inputs = self._arena_inputs(request)
+        if self.flusher is None:
+            self.flusher = CacheFlusher(self.device, bool(request.get("flush")))
+        self.flusher()
+        fn = model if model is not None else self._null(request.get("null_like") or [])
+        with torch.no_grad():
+            if self.device.type == "cuda":
+                start, end, closed = (_Event(enable_timing=True) for _ in range(3))
+                start.record()
+                out = fn(*inputs)
+                end.record()
+                _synchronize()
+                closed.record()
+                closed.synchronize()
+                device_us, closed_us = start.elapsed_time(end) * 1e3, start.elapsed_time(closed) * 1e3
+            else:
+                begin = _perf_counter_ns()
+                out = fn(*inputs)
+                device_us = closed_us = (_perf_counter_ns() - begin) / 1e3
+        reply: dict[str, Any] = {"device_us": device_us, "closed_us": closed_us}
+        if request.get("want_output"):
+            reply["output"] = self._outputs(out)
+        return reply
+
+    def _arena_inputs(self, request: dict[str, Any]) -> list[Any]:
+        """The timing inputs: the judge's arena copied into this worker's own buffers (on the device),
+        outside the timed window."""
+        if request.get("arena") is not None:
+            if self.in_arena is not None:
+                self.in_arena.close()
+            self.in_arena = Arena.attach(request["arena"], request["arena_slots"], writable=False)
+            _close(request["arena"])
+            self.device_inputs = [t.to(self.device).clone() for t in self.in_arena.tensors]
+        if self.in_arena is None:
+            raise WorkerFailure("no input arena")
+        for dst, src in zip(self.device_inputs, self.in_arena.read(), strict=True):
+            dst.copy_(src)
+        args = []
+        for a in request["args"]:
+            if isinstance(a, dict) and set(a) == {"__arena__"}:
+                args.append(self.device_inputs[a["__arena__"]])
+            else:
+                args.append(a)
+        return args
+
+    def _take_landing(self, request: dict[str, Any]) -> None:
+        if request.get("landing") is not None:
+            if self.landing is not None:
+                self.landing.close()
+            self.landing = Arena.attach(request["landing"], request["landing_slots"], writable=True)
+            _close(request["landing"])
+
+    def _outputs(self, out: Any) -> Any:
+        """The outputs for the judge: into its landing arena when they fit it, else as they are."""
+        tensors = [t for t in flatten_tensors(out) if type(t) is torch.Tensor and t.layout == torch.strided]
+        if self.landing is None or not self.landing.fits(tensors) or len(tensors) != len(flatten_tensors(out)):
+            return _wire_safe(out)
+        self.landing.write(tensors)
+        index = iter(range(len(tensors)))
+
+        def walk(v: Any) -> Any:
+            if isinstance(v, torch.Tensor):
+                return {"__arena__": next(index)}
+            if isinstance(v, list | tuple):
+                return type(v)(walk(x) for x in v)
+            return _wire_safe(v)
+
+        return walk(out)
+
+    def _null(self, like: list[Any]) -> Any:
+        """The null candidate of the judge's clock calibration: returns preallocated outputs shaped
+        like the reference's, doing no work (its copy at return costs what a real output's does)."""
+        if getattr(self, "_null_outputs", None) is None:
+            self._null_outputs = [torch.zeros(shape, dtype=getattr(torch, dtype), device=self.device)
+                                  for shape, dtype in like]
+        outputs = self._null_outputs
+        return lambda *inputs: outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    # ----- the end ----------------------------------------------------------------------------
+    def handle_finish(self, request: dict[str, Any]) -> dict[str, Any]:
+        evidence: list[list[str]] = self._late_writes()
+        if self.snapshot is not None:
+            patched, switched = self.snapshot.changes()
+            if patched:
+                evidence.append(["monkey_patch", "replaced: " + ", ".join(patched[:10])])
+            if switched:
+                evidence.append(["precision_switch", "; ".join(switched)])
+        if self.watch is not None:
+            leftovers = self.watch.leftovers()
+            if leftovers:
+                evidence.append(["background_work", "; ".join(leftovers[:5])])
+        reply: dict[str, Any] = {"evidence": evidence, "op_counts": dict(self.recorder.counts),
+                                 "launch_specs": [], "launch_problems": []}
+        if self.launches is not None:
+            with contextlib.suppress(Exception):
+                self.launches.__exit__(None, None, None)
+            reply["launch_specs"] = self.launch_log.specs
+            reply["launch_problems"] = self.launch_log.problems
+            self.launches = None
+        return reply
+
+
+def _empty(value: Any, device: torch.device) -> Any:
+    if isinstance(value, dict) and set(value) == {"__empty__"}:
+        shape, dtype = value["__empty__"]
+        return torch.empty(shape, dtype=getattr(torch, dtype), device=device)
+    return value
+
+
+def _close(files: Any) -> None:
+    for f in files if isinstance(files, list) else []:
+        if isinstance(f, SharedFile):
+            with contextlib.suppress(OSError):
+                os.close(f.fd)
+
+
+def serve_request(worker: Worker, request: dict[str, Any]) -> dict[str, Any]:
+    """One request -> one reply body; a failure of the candidate is an error reply, not an exit."""
+    handler = getattr(worker, f"handle_{request.get('op')}", None)
+    if handler is None:
+        return {"raised": {"type": "UnknownRequest", "message": f"no such request {request.get('op')!r}"}}
+    try:
+        return handler(request)
+    except BaseException as exc:  # the candidate's failure (SystemExit included) is data for the judge
+        return {"raised": _error(exc)}

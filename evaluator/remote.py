@@ -1,0 +1,387 @@
+"""The judge's handle on the candidate worker: requests out, replies in, everything checked.
+
+The judge never imports or runs candidate code. `WorkerClient` sends one request at a time and
+takes exactly one reply for it; a reply with the wrong id, a message nobody asked for, a closed
+socket, or a reply whose fields are not what the request calls for is a `WorkerBroken` (the
+verdict becomes runtime_error, never ok). A reply that says the candidate raised is a
+`CandidateRaised`, carrying the worker's error record as data.
+
+`RemoteModel` is one `ModelNew` instance living in the worker, built from the reference's
+weights; its watched calls return (outputs at return, evidence), its timed calls return raw
+samples, and `Clock` keeps the judge's own wall time of every timed round trip so that the
+worker's samples can be held against it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from agentforge.evaluator.result import ErrorRecord
+from agentforge.sandbox import wire
+from agentforge.sandbox.arena import Arena
+
+_perf_counter_ns = time.perf_counter_ns
+MAX_EVIDENCE_ITEMS = 200
+
+
+class WorkerBroken(RuntimeError):
+    """The worker died, or broke the protocol: nothing it says from now on is heard. `signal`: the
+    signal that killed it, when one did (a crash of the candidate's code, reported as such)."""
+
+    def __init__(self, message: str, signal: int | None = None, stderr_tail: str = ""):
+        super().__init__(message)
+        self.signal = signal
+
+
+class CandidateRaised(RuntimeError):
+    """The candidate's code raised while serving a request."""
+
+    def __init__(self, record: ErrorRecord):
+        super().__init__(record.message)
+        self.record = record
+
+
+def _error_record(raw: Any) -> ErrorRecord:
+    if not isinstance(raw, dict):
+        return ErrorRecord(type="WorkerError", message="the worker sent a malformed error")
+
+    def text(key: str, limit: int) -> str:
+        value = raw.get(key, "")
+        return value[:limit] if isinstance(value, str) else ""
+
+    return ErrorRecord(type=text("type", 100) or "WorkerError", message=text("message", 2000),
+                       traceback_tail=text("traceback_tail", 4000))
+
+
+def evidence_items(raw: Any) -> list[tuple[str, str]]:
+    """(rule, evidence) pairs from a reply; anything else in the list is dropped."""
+    if not isinstance(raw, list):
+        raise WorkerBroken("evidence is not a list")
+    items = []
+    for item in raw[:MAX_EVIDENCE_ITEMS]:
+        if isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item):
+            items.append((item[0][:64], item[1][:1000]))
+    return items
+
+
+class WorkerClient:
+    """One worker process, one request at a time."""
+
+    def __init__(self, sock: Any, pid: int, proc: Any = None):
+        self.sock, self.pid, self.proc = sock, pid, proc
+        self._next_id = 0
+        self.closed = False
+        self.reaped = False
+
+    @classmethod
+    def spawn(cls, interpret: bool = False) -> WorkerClient:
+        from agentforge.sandbox.worker import spawn_worker
+
+        proc, sock = spawn_worker(interpret=interpret)
+        return cls(sock, proc.pid, proc)
+
+    def setup(self, **fields: Any) -> None:
+        reply = self.request("setup", **fields)
+        if reply.get("ready") is not True:
+            raise WorkerBroken("the worker did not confirm its setup")
+
+    def request(self, op: str, **fields: Any) -> dict[str, Any]:
+        if self.closed:
+            raise WorkerBroken("the worker is gone")
+        self._next_id += 1
+        ident = self._next_id
+        try:
+            if wire.pending(self.sock):
+                raise WorkerBroken("the worker sent a message nobody asked for (or closed its channel)")
+            message = {"id": ident, **fields} if op == "setup" else {"id": ident, "op": op, **fields}
+            wire.send(self.sock, message)
+            reply = wire.receive(self.sock)
+        except wire.PeerClosed as exc:
+            status, signum = self._exit_status()
+            self._fail()
+            raise WorkerBroken(f"the worker exited during '{op}' ({status})", signal=signum) from exc
+        except (wire.WireError, OSError) as exc:
+            self._fail()
+            raise WorkerBroken(f"the worker broke the protocol during '{op}': {exc}") from exc
+        if reply.get("id") != ident:
+            self._fail()
+            raise WorkerBroken(f"the worker answered a question it was not asked (id {reply.get('id')!r}, "
+                               f"expected {ident})")
+        if "raised" in reply:
+            raise CandidateRaised(_error_record(reply["raised"]))
+        return reply
+
+    def _exit_status(self) -> tuple[str, int | None]:
+        """How the worker ended: (words, the signal that killed it or None). Waits briefly for it."""
+        deadline = time.monotonic() + 2.0
+        while True:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                return "exit status unknown", None
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                return "still running", None
+            time.sleep(0.01)
+        self.reaped = True
+        if os.WIFSIGNALED(status):
+            signum = os.WTERMSIG(status)
+            return f"killed by signal {signum} ({_signal_name(signum)})", signum
+        return f"exit code {os.WEXITSTATUS(status)}", None
+
+    def _fail(self) -> None:
+        self.closed = True
+        self.close()
+
+    def close(self) -> None:
+        """Shut the worker down and reap it; a worker that will not go is killed."""
+        if self.sock is not None:
+            try:
+                if not self.closed:
+                    wire.send(self.sock, {"id": 0, "op": "shutdown"})
+            except (OSError, wire.WireError):
+                pass
+            self.sock.close()
+            self.sock = None
+        self.closed = True
+        if self.reaped:
+            return
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            try:
+                pid, _ = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid:
+                return
+            time.sleep(0.01)
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"SIG{signum}"
+
+
+def _finite_us(reply: dict[str, Any], key: str) -> float:
+    value = reply.get(key)
+    if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
+        raise WorkerBroken(f"timing sample {key}={value!r} is not a non-negative number")
+    return float(value)
+
+
+NULL_EVERY = 2  # a null round trip before every second timed call, paired with it
+
+
+@dataclass
+class Clock:
+    """The judge's wall time of each timed round trip and of null round trips interleaved with
+    them (the same inputs in, outputs shaped like the reference's out, no work), so that a change
+    in the machine's load moves both alike."""
+
+    wall_us: list[float] = field(default_factory=list)
+    null_wall_us: list[float] = field(default_factory=list)
+    paired_null: list[int] = field(default_factory=list)  # per timed call: the index of its null
+
+    def per_call_us(self, last: int | None = None) -> list[float]:
+        """The judge's estimate of each call (of the `last` ones): its round trip less its null's."""
+        if not self.null_wall_us:
+            return []
+        pairs = list(zip(self.wall_us, self.paired_null, strict=True))
+        pairs = pairs[-last:] if last else pairs
+        return [w - self.null_wall_us[n] for w, n in pairs]
+
+    def noise_us(self) -> float:
+        if len(self.null_wall_us) < 3:
+            return 0.0
+        median = statistics.median(self.null_wall_us)
+        return statistics.median(abs(w - median) for w in self.null_wall_us)
+
+
+class RemoteModel:
+    """A `ModelNew` instance in the worker, addressed by key."""
+
+    def __init__(self, client: WorkerClient, key: str, device: torch.device):
+        self.client, self.key, self.device = client, key, device
+        self.clock = Clock()
+        self.flush = True
+        self.null_like: list[list[Any]] = []
+        self._arena: Arena | None = None
+        self._landing: Arena | None = None
+        self._landing_sent = False
+
+    @classmethod
+    def construct(cls, client: WorkerClient, key: str, init: list[Any], state: dict[str, torch.Tensor],
+                  device: torch.device) -> RemoteModel:
+        client.request("construct", key=key, init=list(init), state=dict(state))
+        return cls(client, key, device)
+
+    def watched_call(self, where: str, inputs: list[Any] | None = None, refill: list[Any] | None = None,
+                     ) -> tuple[Any, list[tuple[str, str]]]:
+        """Outputs as they were when forward returned, and what the worker's watches saw."""
+        landing, sent = self._landing_fields()
+        try:
+            reply = self.client.request("call", key=self.key, slot=self.key, inputs=inputs, refill=refill,
+                                        where=where, **landing)
+        finally:
+            _close(sent)
+        if "output" not in reply:
+            raise WorkerBroken("a call's reply carries no output")
+        return self._landed(reply["output"], copy=True), evidence_items(reply.get("evidence", []))
+
+    def close(self) -> None:
+        for arena in (self._arena, self._landing):
+            if arena is not None:
+                arena.close()
+        self._arena = self._landing = None
+
+    def dry_call(self, inputs: list[Any], where: str) -> tuple[list[dict[str, Any]], str]:
+        """ModelNew's host code with Triton launches recorded, not run: the worker gets the inputs'
+        shapes and dtypes only and makes empty tensors of its own (contents do not matter there)."""
+        shapes = [{"__empty__": [list(v.shape), str(v.dtype).removeprefix("torch.")]} if isinstance(v, torch.Tensor)
+                  else v for v in inputs]
+        reply = self.client.request("call", key=self.key, slot=f"{self.key}/dry", empty_inputs=shapes, where=where,
+                                    dry=True)
+        specs, note = reply.get("specs"), reply.get("note")
+        if not isinstance(specs, list) or not all(isinstance(s, dict) for s in specs) or not isinstance(note, str):
+            raise WorkerBroken("a dry launch's reply is malformed")
+        return specs, note
+
+    def _timed(self, key: str, buffers: list[Any], want_output: bool) -> tuple[float, float, Any, float]:
+        """One timed round trip. The inputs travel through the judge's input arena (written here,
+        mapped read-only by the worker), the outputs through its landing arena (filled by the
+        worker, copied out here at once)."""
+        begin = _perf_counter_ns()
+        fields, sent = self._arena_inputs(buffers)
+        landing, sent_landing = self._landing_fields()
+        try:
+            reply = self.client.request("time", key=key, flush=self.flush, want_output=want_output,
+                                        null_like=self.null_like, **fields, **landing)
+        finally:
+            _close(sent + sent_landing)
+        if want_output and "output" not in reply:
+            raise WorkerBroken("a timed call's reply carries no output")
+        output = self._landed(reply["output"], copy=False) if want_output else None
+        wall = (_perf_counter_ns() - begin) / 1e3
+        device_us, closed_us = _finite_us(reply, "device_us"), _finite_us(reply, "closed_us")
+        return device_us, closed_us, output, wall
+
+    def expect(self, outputs_like: Any) -> None:
+        """Outputs shaped like these (the reference's, real or on the meta device) land in an arena
+        the judge makes; anything else the worker sends in a message of its own."""
+        from agentforge.task import flatten_tensors
+
+        like = [torch.empty(t.shape, dtype=t.dtype) for t in flatten_tensors(outputs_like)]
+        if self._landing is not None and self._landing.fits(like):
+            return
+        if self._landing is not None:
+            self._landing.close()
+        self._landing = Arena.create(like) if like else None
+        self._landing_sent = False
+
+    def _landing_fields(self) -> tuple[dict[str, Any], list[wire.SharedFile]]:
+        if self._landing is None or self._landing_sent:
+            return {}, []
+        shared = self._landing.share(writable=True)
+        self._landing_sent = True
+        return {"landing": shared, "landing_slots": self._landing.slots}, shared
+
+    def _arena_inputs(self, buffers: list[Any]) -> tuple[dict[str, Any], list[wire.SharedFile]]:
+        tensors = [b for b in buffers if isinstance(b, torch.Tensor)]
+        fields: dict[str, Any] = {}
+        sent: list[wire.SharedFile] = []
+        if self._arena is None or not self._arena.fits(tensors):
+            if self._arena is not None:
+                self._arena.close()
+            self._arena = Arena.create(tensors)
+            sent = self._arena.share(writable=False)
+            fields["arena"] = sent
+            fields["arena_slots"] = self._arena.slots
+        self._arena.write(tensors)
+        index = iter(range(len(tensors)))
+        fields["args"] = [{"__arena__": next(index)} if isinstance(b, torch.Tensor) else b for b in buffers]
+        return fields, sent
+
+    def _landed(self, structure: Any, copy: bool) -> Any:
+        """The worker's output: placeholders filled from the landing arena (copied out now)."""
+        if self._landing is None:
+            return _sendable(structure)
+        tensors = self._landing.read()
+        placed = [t.to(self.device) if self.device.type != "cpu" else (t.clone() if copy else t) for t in tensors]
+        return _place(structure, placed)
+
+    def timer(self, buffers: list[Any]) -> tuple[float, float, Any]:
+        """One timed call (the `timing.Subject.timer` protocol); the judge keeps its own wall time."""
+        if not self.clock.null_wall_us or len(self.clock.wall_us) % NULL_EVERY == 0:
+            _, _, _, null_wall = self._timed("null", buffers, True)
+            self.clock.null_wall_us.append(null_wall)
+        device_us, closed_us, out, wall = self._timed(self.key, buffers, True)
+        self.clock.wall_us.append(wall)
+        self.clock.paired_null.append(len(self.clock.null_wall_us) - 1)
+        return device_us, closed_us, out
+
+    def calibrate(self, outputs_like: Any) -> None:
+        """The null candidate's outputs: shaped like the reference's, so that its round trip costs
+        what a real call's does through the wire, less the work."""
+        from agentforge.task import flatten_tensors
+
+        self.null_like = [[list(t.shape), str(t.dtype).removeprefix("torch.")] for t in flatten_tensors(outputs_like)]
+        self.expect(outputs_like)
+
+
+class Unsendable:
+    """Stands for an output the worker could not send (not a tensor, number or sequence)."""
+
+    def __init__(self, type_name: str):
+        self.type_name = type_name
+
+    def __repr__(self) -> str:
+        return f"<unsendable {self.type_name}>"
+
+
+def _close(files: list[wire.SharedFile]) -> None:
+    for f in files:
+        try:
+            os.close(f.fd)
+        except OSError:
+            pass
+
+
+def _place(value: Any, tensors: list[torch.Tensor]) -> Any:
+    """`value` with each `{"__arena__": i}` replaced by the i-th output copy (each used once)."""
+    used: set[int] = set()
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, dict) and set(v) == {"__arena__"}:
+            i = v["__arena__"]
+            if type(i) is not int or not 0 <= i < len(tensors) or i in used:
+                raise WorkerBroken(f"bad output arena reference {i!r}")
+            used.add(i)
+            return tensors[i]
+        if isinstance(v, list | tuple):
+            return type(v)(walk(x) for x in v)
+        return _sendable(v)
+
+    return walk(value)
+
+
+def _sendable(value: Any) -> Any:
+    if isinstance(value, dict) and set(value) == {"__unsendable__"}:
+        return Unsendable(str(value["__unsendable__"])[:100])
+    if isinstance(value, list | tuple):
+        return type(value)(_sendable(v) for v in value)
+    return value

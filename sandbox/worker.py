@@ -1,0 +1,150 @@
+"""The untrusted candidate worker: the only process that imports or runs candidate code.
+
+It is started by the judge before the judge has read anything secret: forked from the sandbox
+child the moment that child has imported torch (`fork_worker`, no CUDA initialised yet, so the
+fork is clean and the worker starts warm), or spawned as a fresh interpreter (`spawn_worker`, for
+a judge running in-process, as tests do). Right after the fork it closes every descriptor but its
+socket to the judge and its stdout/stderr files: it never holds the judge's request or result
+pipe, the nonce that authenticates the verdict, a seed or the reference.
+
+The first message is the setup (workdir, limits, uid, process-wide switches): the worker hardens
+itself the same way the judge did, then serves requests one at a time (`candidate_side.Worker`)
+until the judge says `shutdown` or closes the socket. Each reply carries the id of its request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+from typing import Any
+
+from agentforge.evaluator.result import from_plain
+from agentforge.sandbox import limits, wire
+from agentforge.sandbox.request import Limits
+
+
+def _close_other_fds(keep: set[int]) -> None:
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        fds = list(range(3, 1024))
+    for fd in fds:
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _harden(setup: dict[str, Any]) -> None:
+    os.chdir(setup["workdir"])
+    os.umask(0o077)
+    if setup.get("drop_to_uid") is not None:
+        limits.drop_privileges(int(setup["drop_to_uid"]))
+    limits.no_new_privileges()
+    if setup.get("limits") is not None:
+        limits.apply_limits(from_plain(Limits, setup["limits"]))
+
+
+def _configure(setup: dict[str, Any]) -> None:
+    """Process-wide switches, as the judge sets its own: the same numerics on both sides."""
+    import torch
+    from agentforge.evaluator import build_cache
+
+    if setup.get("cache_dir"):
+        build_cache.set_cache_root(setup["cache_dir"])
+    if setup.get("torch_switches", True):
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.set_float32_matmul_precision("highest")
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+    threads = int(setup.get("cpu_threads") or 0)
+    if threads > 0 and not str(setup.get("device", "cpu")).startswith("cuda"):
+        torch.set_num_threads(threads)
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+
+
+def serve(sock: socket.socket) -> None:
+    """The worker's whole life after the fork or spawn; never returns."""
+    code = 0
+    try:
+        setup = wire.receive(sock)
+        _harden(setup)
+        _configure(setup)
+        from agentforge.evaluator.candidate_side import Worker, serve_request
+
+        worker = Worker()
+        wire.send(sock, {"id": setup.get("id"), "ready": True, "pid": os.getpid()})
+        while True:
+            request = wire.receive(sock)
+            if request.get("op") == "shutdown":
+                break
+            reply = serve_request(worker, request)
+            reply["id"] = request.get("id")
+            try:
+                wire.send(sock, reply)
+            except TypeError as exc:  # an output that cannot travel is the candidate's failure
+                wire.send(sock, {"id": request.get("id"), "raised": {"type": "UnsendableOutput",
+                                                                    "message": str(exc)[:500]}})
+    except wire.PeerClosed:
+        code = 0
+    except BaseException:
+        code = 3
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def fork_worker() -> tuple[int, socket.socket]:
+    """(pid, judge's end of the socket). Call before reading anything secret and before CUDA is
+    initialised in this process."""
+    judge_end, worker_end = wire.pair()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            judge_end.close()
+            _close_other_fds({0, 1, 2, worker_end.fileno()})
+            limits.die_with_parent()
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+        except BaseException:
+            os._exit(3)
+        serve(worker_end)
+    worker_end.close()
+    return pid, judge_end
+
+
+def spawn_worker(python: str | None = None, interpret: bool = False) -> tuple[subprocess.Popen[bytes], socket.socket]:
+    """A fresh worker interpreter (for a judge that runs in a process already holding secrets)."""
+    judge_end, worker_end = wire.pair()
+    env = dict(os.environ)
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    argv = [python or sys.executable, "-m", "agentforge.sandbox.worker", "--fd", str(worker_end.fileno())]
+    try:
+        proc = subprocess.Popen(argv, pass_fds=(worker_end.fileno(),), stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=False)
+    finally:
+        worker_end.close()
+    return proc, judge_end
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="agentforge.sandbox.worker")
+    parser.add_argument("--fd", type=int, required=True)
+    args = parser.parse_args(argv)
+    limits.die_with_parent()
+    sock = socket.socket(fileno=args.fd)
+    _close_other_fds({0, 1, 2, sock.fileno()})
+    serve(sock)
+
+
+if __name__ == "__main__":
+    main()
