@@ -80,13 +80,16 @@ def eval_command(
     profile: Annotated[bool | None, typer.Option(help="profile with Nsight Compute when a GPU is present")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print exactly one JSON object: the EvalResult")] = False,
     config: Annotated[str | None, typer.Option(help="settings file (default: agentforge.toml)")] = None,
+    replay: Annotated[Path | None, typer.Option(
+        help="an EvalResult JSON (from --json): rerun with the seeds it recorded, to reproduce it")] = None,
 ) -> None:
     """Build, check, time and profile CANDIDATE against TASK. Exit 0 when the candidate was
     evaluated (whatever the verdict); 2 when it could not be (usage, task error, memory)."""
     flags = {"eval.track": track, "eval.backend": backend, "eval.device": device, "eval.profile": profile}
     with _stdout_reserved(as_json) as emit:
         try:
-            result = _evaluate(task, candidate, flags, config, tuple(shape or ()), timing, compile_baseline)
+            seed = _replay_seed(replay) if replay is not None else None
+            result = _evaluate(task, candidate, flags, config, tuple(shape or ()), timing, compile_baseline, seed)
         except Refused as exc:
             if as_json:
                 emit(json.dumps(exc.to_dict()))
@@ -112,12 +115,24 @@ def eval_command(
 
 
 # ----- the steps ------------------------------------------------------------------------------
+def _replay_seed(path: Path) -> int:
+    """The base seed a recorded verdict ran with (seeds are secret until the verdict is written)."""
+    try:
+        recorded = json.loads(path.read_text())
+        seed = recorded["provenance"]["track_settings"]["correctness"]["base_seed"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise Refused("BadReplay", f"--replay {path}: not an EvalResult JSON with recorded seeds ({exc})") from exc
+    if type(seed) is not int or seed < 0:
+        raise Refused("BadReplay", f"--replay {path}: the recorded base seed {seed!r} is not a non-negative integer")
+    return seed
+
+
 def _evaluate(task_ref: str, candidate: Path, flags: dict[str, Any], config: str | None,
-              shapes: tuple[str, ...], timing: bool, compile_baseline: bool) -> EvalResult:
+              shapes: tuple[str, ...], timing: bool, compile_baseline: bool, seed: int | None = None) -> EvalResult:
     from agentforge.agent.preflight import PreflightError, check_text, preflight
     from agentforge.candidate import Candidate, guess_backend
     from agentforge.evaluator.api import default_device, evaluate, make_job
-    from agentforge.evaluator.result import Measure
+    from agentforge.evaluator.result import CorrectnessConfig, Measure
     from agentforge.sandbox.config import from_settings
 
     settings = _settings(flags, config)
@@ -134,7 +149,8 @@ def _evaluate(task_ref: str, candidate: Path, flags: dict[str, Any], config: str
     measure = Measure(timing=timing, baselines=("eager", "compile") if compile_baseline else ("eager",),
                       profile=settings.eval.profile)
     job = make_job(task, Candidate(source, chosen), device=where, track=settings.eval.track, shapes=shapes,
-                   measure=measure, cuda_arch=settings.eval.cuda_arch, cache_dir=settings.cache_dir)
+                   measure=measure, cuda_arch=settings.eval.cuda_arch, cache_dir=settings.cache_dir,
+                   correctness=CorrectnessConfig(base_seed=seed))
     sandbox = from_settings(settings.sandbox, settings.cache_dir)
     try:
         failed = preflight(task, job, sandbox, settings.sandbox.memory_gb)
