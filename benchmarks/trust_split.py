@@ -50,19 +50,43 @@ def unpack(commit: str, into: Path) -> Path:
     return shim
 
 
+SIDE = """
+import json, statistics, sys, tempfile, time
+sys.path.insert(0, {bench!r})
+import eval_throughput as b
+import agentforge
+from agentforge.evaluator.api import evaluate_many
+from agentforge.sandbox import SandboxConfig
+
+cache = tempfile.mkdtemp(prefix="af-trust-")
+config = SandboxConfig(cache_dir=cache, timeout_s=600, python_paths={paths!r})
+jobs = b._jobs({jobs}, cache, "cpu", quick=False)
+start = time.perf_counter()
+results = evaluate_many(jobs, config, workers={workers})
+wall = time.perf_counter() - start
+print(json.dumps({{"jobs": {jobs}, "workers": {workers}, "wall_s": wall, "candidates_per_minute": 60 * {jobs} / wall,
+                  "median_evaluator_s": statistics.median(r.provenance.duration_s for r in results),
+                  "statuses": sorted({{r.status.value for r in results}}), "agentforge": agentforge.__file__}}))
+"""
+
+
 def run_side(label: str, jobs: int, workers: int, shim: Path | None) -> dict:
+    """One side in a fresh interpreter, started outside the repository (so that `agentforge`
+    resolves to the shim when one is given, in the benchmark process and its sandbox children)."""
     env = dict(os.environ)
-    code = (f"import json, sys, tempfile; sys.path.insert(0, {str(REPO / 'benchmarks')!r}); "
-            "import eval_throughput as b; import agentforge; "
-            "cache = tempfile.mkdtemp(prefix='af-trust-'); "
-            f"rows = b.bench_evaluate({jobs}, [{workers}], cache, 'cpu'); "
-            "rows[0]['agentforge'] = agentforge.__file__; print(json.dumps(rows[0]))")
+    paths = (str(shim),) if shim is not None else ()
     if shim is not None:
         env["PYTHONPATH"] = str(shim)
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=3600)
+    code = SIDE.format(bench=str(REPO / "benchmarks"), paths=paths, jobs=jobs, workers=workers)
+    with tempfile.TemporaryDirectory(prefix="af-side-") as cwd:
+        done = subprocess.run([sys.executable, "-c", code], env=env, cwd=cwd, capture_output=True, text=True,
+                              timeout=3600)
     if done.returncode != 0:
         raise RuntimeError(f"{label} failed:\n{done.stderr[-3000:]}")
     row = json.loads(done.stdout.strip().splitlines()[-1])
+    expected = str(shim) if shim is not None else str(REPO)
+    if not row["agentforge"].startswith(expected):
+        raise RuntimeError(f"{label} imported agentforge from {row['agentforge']}, not {expected}")
     row["design"] = label
     return row
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -92,6 +93,7 @@ class Worker:
     # ----- build ------------------------------------------------------------------------------
     def handle_load(self, request: dict[str, Any]) -> dict[str, Any]:
         self.device = torch.device(request["device"])
+        _native_calls.install()
         self.interpret = bool(request.get("interpret"))
         if self.interpret:
             from agentforge.evaluator import triton_interpret
@@ -300,7 +302,9 @@ class Worker:
             if leftovers:
                 evidence.append(["background_work", "; ".join(leftovers[:5])])
         reply: dict[str, Any] = {"evidence": evidence, "op_counts": dict(self.recorder.counts),
-                                 "launch_specs": [], "launch_problems": []}
+                                 "launch_specs": [], "launch_problems": [],
+                                 "opened": sorted(_native_calls.opened)[:200],
+                                 "symbols": sorted(_native_calls.symbols)[:2000]}
         if self.launches is not None:
             with contextlib.suppress(Exception):
                 self.launches.__exit__(None, None, None)
@@ -308,6 +312,49 @@ class Worker:
             reply["launch_problems"] = self.launch_log.problems
             self.launches = None
         return reply
+
+
+class _NativeCalls:
+    """A Python audit hook (it cannot be removed once added) recording the libraries opened and the
+    symbols resolved through `ctypes` while candidate code is on the stack, with names assembled at
+    run time as they finally were."""
+
+    def __init__(self) -> None:
+        self.opened: set[str] = set()
+        self.symbols: set[tuple[str, str]] = set()
+        self.installed = False
+
+    def install(self) -> None:
+        if not self.installed:
+            sys.addaudithook(self._hook)
+            self.installed = True
+
+    def _hook(self, event: str, args: tuple[Any, ...]) -> None:
+        if not event.startswith("ctypes.dl"):
+            return
+        try:
+            if not _candidate_on_stack():
+                return
+            if event == "ctypes.dlopen":
+                self.opened.add(str(args[0])[:500])
+            elif event == "ctypes.dlsym":
+                self.symbols.add((str(getattr(args[0], "_name", "?"))[:500], str(args[1])[:200]))
+            elif event == "ctypes.dlsym/handle":
+                self.symbols.add(("?", str(args[1])[:200]))
+        except Exception:
+            pass
+
+
+def _candidate_on_stack() -> bool:
+    frame = sys._getframe(2)
+    while frame is not None:
+        if str(frame.f_globals.get("__name__", "")).startswith("agentforge_candidate"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+_native_calls = _NativeCalls()
 
 
 def _empty(value: Any, device: torch.device) -> Any:

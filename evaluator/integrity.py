@@ -69,6 +69,17 @@ _INTROSPECTION_ATTRS = {"f_back", "f_locals", "f_globals", "gi_frame", "tb_frame
 # What `native` keeps for the evaluator: the build records and the flag policy.
 _BUILD_INTERNALS = {"BUILD_EVENTS", "BuildEvent", "FORBIDDEN_FLAGS", "DEFAULT_CXX_FLAGS", "_check_flags",
                     "build_cache", "load_inline_redirected"}
+# The macro compilers define under fast math: testing it (`#ifdef __FAST_MATH__ #error ...`) is a
+# guard that proves the switch is off, not a switch.
+_FAST_MATH_MACRO = re.compile(r"\b__FAST_MATH__\b")
+# Libraries a candidate may not open from its process (`ctypes`), nor link its own builds against:
+# their routines are the work it was asked to write.
+_NATIVE_LIBRARY = re.compile(r"(blas|lapack|cublas|cudnn|dnnl|onednn|mkl|libtorch|libc10|cusparse|cufft)",
+                             re.IGNORECASE)
+# Linking against torch is what every extension does; linking against a BLAS or cuDNN is not.
+_LINKED_LIBRARY = re.compile(r"(blas|lapack|cublas|cudnn|dnnl|onednn|mkl|cusparse|cufft)", re.IGNORECASE)
+_NATIVE_SYMBOL = re.compile(r"(cblas_|lapacke_|cublas|cudnn|mkl_|dnnl_|(^|_)[sdcz](gemm|gemv|symm|syrk|trsm|trmm|"
+                            r"axpy|dot|scal|ger)(_?64)?_?$|^_ZN2at|^_ZN3c10|^_ZN5torch)", re.IGNORECASE)
 _C_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 
 
@@ -245,7 +256,7 @@ def _strings(tree: ast.Module) -> list[StaticFinding]:
         library = _LIBRARY_TEXT.search(text)
         if library:
             found.append(StaticFinding("library_fallback", f"line {node.lineno}: a string names {library.group(0)}"))
-        fast = _FAST_MATH_TEXT.search(text)
+        fast = _FAST_MATH_TEXT.search(_FAST_MATH_MACRO.sub("", text))
         if fast:
             found.append(StaticFinding("fast_math", f"line {node.lineno}: a string sets {fast.group(0)!r}"))
     return _dedupe(found)
@@ -283,6 +294,25 @@ def _patching(tree: ast.Module, aliases: dict[str, str] | None = None) -> list[S
     return _dedupe(found)
 
 
+def native_findings(opened: Iterable[str], symbols: Iterable[tuple[str, str]], needed: dict[str, list[str]],
+                    own: str = "") -> list[StaticFinding]:
+    """`library_fallback` from what the worker's audit hook saw candidate code do through `ctypes`
+    (libraries opened, symbols resolved; names assembled at run time included) and from what the
+    libraries it opened link against (`needed`: read from their ELF headers by the judge)."""
+    found = []
+    for name in opened:
+        if _NATIVE_LIBRARY.search(name.rsplit("/", 1)[-1]):
+            found.append(StaticFinding("library_fallback", f"opened the library {name} through ctypes"))
+    for library, name in symbols:
+        if _NATIVE_SYMBOL.search(name) and not (own and library.startswith(own)):  # its own build may say sgemm
+            found.append(StaticFinding("library_fallback", f"resolved the symbol {name} through ctypes"))
+    for library, deps in needed.items():
+        bad = [d for d in deps if _LINKED_LIBRARY.search(d)]
+        if bad:
+            found.append(StaticFinding("library_fallback", f"{library} links against {', '.join(bad)}"))
+    return _dedupe(found)
+
+
 def build_findings(events: Iterable[Any]) -> list[StaticFinding]:
     """Fast-math and library calls in what was actually built: each build's flags and sources as the
     compiler got them (catches flags and pragmas assembled at run time, which the AST cannot read)."""
@@ -292,7 +322,7 @@ def build_findings(events: Iterable[Any]) -> list[StaticFinding]:
         for text, what in [(flags, "flags"), *((src, f"{kind} source") for kind, src in
                                                  getattr(event, "sources", {}).items() if kind != "cubin")]:
             text = _C_COMMENT.sub("", text or "")
-            fast = _FAST_MATH_TEXT.search(text)
+            fast = _FAST_MATH_TEXT.search(_FAST_MATH_MACRO.sub("", text))
             if fast:
                 found.append(StaticFinding("fast_math", f"build {event.name}: {what} set {fast.group(0)!r}"))
             library = _LIBRARY_TEXT.search(text)

@@ -25,6 +25,7 @@ import torch
 from agentforge.evaluator import (
     build_cache,
     device_state,
+    elf_needed,
     integrity,
     redact,
     roofline_stage,
@@ -379,10 +380,23 @@ def _collect_flags(ctx: Context, static: list[integrity.StaticFinding], outcome:
     for rule, evidence in [*outcome.evidence, *final.get("evidence", [])]:
         if rule in integrity.RULES:  # a rule the worker made up is dropped, not trusted
             add(rule, evidence)
+    for finding in _native_evidence(final):
+        add(finding.rule, finding.evidence)
     compute = compute_ops(final.get("op_counts", {}), task.allowed_torch_ops)
     if compute:
         listed = ", ".join(f"{op} x{n}" for op, n in sorted(compute.items(), key=lambda kv: -kv[1])[:8])
         add("torch_fallback", f"ModelNew.forward dispatched PyTorch compute: {listed}")
+
+
+def _native_evidence(final: dict[str, Any]) -> list[integrity.StaticFinding]:
+    """Libraries the candidate opened and symbols it resolved through ctypes (the worker's audit
+    hook), and what those libraries link against (read here, from the files)."""
+    opened = [str(x)[:500] for x in final.get("opened", []) if isinstance(x, str)][:200]
+    symbols = [(str(p[0])[:500], str(p[1])[:200]) for p in final.get("symbols", [])
+               if isinstance(p, list | tuple) and len(p) == 2][:2000]
+    own = str(build_cache.cache_root())
+    return integrity.native_findings(opened, symbols, elf_needed.needed([p for p in opened if p.startswith("/")]),
+                                     own=own)
 
 
 def _speed_flags(ctx: Context, timing_record: Any, roofline: Any) -> None:

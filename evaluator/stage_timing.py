@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import random
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +18,8 @@ from agentforge.evaluator.stage_correctness import upcast
 
 from agentforge.task import Task
 
-POOL_SIZE = 4  # distinct input contents rotated through the same buffers
+POOL_SIZE = 4  # input contents for inputs too large to draw anew every repetition
+FRESH_INPUT_BYTES = 64 * 2**20  # inputs up to this size are drawn anew for every timed repetition
 # The worker's median must not be below this share of what the judge's own clock supports,
 # less the round trip's noise: an honest worker reports about 1.0.
 CLOCK_AGREEMENT = 0.5
@@ -32,6 +34,10 @@ class TimingOutcome:
     # harness's, not the candidate's, so the final background-work check leaves them out.
     baseline_threads: set[int] = field(default_factory=set)
     baseline_children: set[int] = field(default_factory=set)
+
+
+def _input_bytes(values: list[Any]) -> int:
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
 
 
 def clock_disagreement(samples_us: list[float], clock: Clock) -> tuple[str | None, str]:
@@ -86,12 +92,20 @@ def measure(task: Task, shape: str, candidate: RemoteModel, reference: torch.nn.
     reference_hi = copy.deepcopy(reference).to(reference_dtype)
     dtypes = reference_output_dtypes(reference, pool[0])
 
+    fresh_each_rep = _input_bytes(pool[0]) <= FRESH_INPUT_BYTES
+    secret = random.SystemRandom()  # not derivable from anything the candidate can see
+
     def refill(rep: int) -> None:
-        scale = 1.0 + (rep % 17) / 64.0  # new contents every repetition, not just a rotation
-        for buffer, value in zip(buffers, pool[rep % POOL_SIZE], strict=True):
+        """New contents every repetition, never a cycle: drawn anew from a secret seed (the task's own
+        input distribution); above FRESH_INPUT_BYTES, a pool entry at a secret random scale."""
+        if fresh_each_rep:
+            values, scale = task.make_inputs(secret.randrange(2**62), shape, device), None
+        else:
+            values, scale = pool[secret.randrange(POOL_SIZE)], secret.uniform(0.5, 1.5)
+        for buffer, value in zip(buffers, values, strict=True):
             if isinstance(buffer, torch.Tensor):
                 buffer.copy_(value)
-                if buffer.is_floating_point():
+                if scale is not None and buffer.is_floating_point():
                     buffer.mul_(scale)
 
     def recheck(rep: int, output: Any) -> str | None:

@@ -70,3 +70,40 @@ def test_the_judges_clock_catches_a_lying_worker(lie: bool, tmp_path: Path) -> N
     else:
         assert median_us >= 50_000
         assert "timing_disagreement" not in rules, evidence
+
+
+REPEAT_DETECTOR = '''
+import hashlib
+import torch
+from torch import nn
+
+SEEN = set()
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        key = hashlib.sha256(x.contiguous().numpy().tobytes()).hexdigest()
+        if key in SEEN:
+            raise RuntimeError("timed input contents came back: a cache keyed on them would hit")
+        SEEN.add(key)
+        return torch.relu(x)
+'''
+
+
+def test_timed_input_contents_never_repeat(tmp_path: Path) -> None:
+    """More repetitions than the old 4-contents x 17-scales cycle (68): every one is new, so a result
+    cache keyed on the contents never hits. The candidate raises on the first repeat it sees."""
+    config = TimingConfig(warmup=1, min_reps=90, max_reps=90, flush_l2=False, recheck_fraction=0.0)
+    task = Task("elementwise_relu", TASK.read_text())
+    client = WorkerClient.spawn()
+    try:
+        client.setup(workdir=os.getcwd(), cache_dir=str(tmp_path / "cache"), cpu_threads=1, device="cpu",
+                     torch_switches=True)
+        client.request("load", source=REPEAT_DETECTOR, backend="cpu", compile_only=False, arch="sm_90a",
+                       device="cpu", interpret=False, module_name="repeat_test_candidate")
+        reference, candidate = build_remote(task, client, "default", 1234, torch.device("cpu"))
+        with torch.no_grad():
+            outcome = measure(task, "default", candidate, reference, torch.float64, torch.device("cpu"), config,
+                              (), (), (1e-5, 1e-5), seed=99)
+    finally:
+        client.close()
+    assert outcome.record.candidate.n == 90
