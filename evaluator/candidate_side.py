@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from agentforge.evaluator import device_state, integrity, native, triton_aot
+from agentforge.evaluator import device_state, integrity, native, op_observer, triton_aot
 from agentforge.evaluator.guards import (
     ConcurrencyWatch,
     OpRecorder,
@@ -35,6 +35,7 @@ from agentforge.evaluator.stage_correctness import fingerprint, set_mode
 from agentforge.evaluator.timing import CacheFlusher
 from agentforge.sandbox.arena import Arena
 from agentforge.sandbox.wire import SharedFile
+from torch.profiler import record_function
 
 from agentforge.task import flatten_tensors
 
@@ -89,11 +90,15 @@ class Worker:
     landing: Arena | None = None
     device_inputs: list[torch.Tensor] = field(default_factory=list)
     returned: tuple[str, list[torch.Tensor], list[torch.Tensor]] | None = None  # the last call's outputs
+    observer: Any = None
+    observed: op_observer.Attribution = field(default_factory=op_observer.Attribution)
+    observer_broken: str = ""
 
     # ----- build ------------------------------------------------------------------------------
     def handle_load(self, request: dict[str, Any]) -> dict[str, Any]:
         self.device = torch.device(request["device"])
         _native_calls.install()
+        self.observer = op_observer.start()  # from the candidate's import on, every thread
         self.interpret = bool(request.get("interpret"))
         if self.interpret:
             from agentforge.evaluator import triton_interpret
@@ -172,7 +177,7 @@ class Worker:
         device_state.poison_free_memory(self.device)
         watch = ConcurrencyWatch.start()
         switches = precision_switches()
-        with torch.no_grad(), self.recorder:
+        with torch.no_grad(), record_function(op_observer.WINDOW), self.recorder:
             out = model(*inputs)
         at_return = _copy_at_return(out)
         evidence += [["background_work", item] for item in watch.still_running(f"when forward returned ({where})")]
@@ -211,11 +216,9 @@ class Worker:
         model = self.models[request["key"]] if request["key"] != "null" else None
         self._take_landing(request)
         inputs = self._arena_inputs(request)
-        if self.flusher is None:
-            self.flusher = CacheFlusher(self.device, bool(request.get("flush")))
-        self.flusher()
         fn = model if model is not None else self._null(request.get("null_like") or [])
-        with torch.no_grad():
+        window = op_observer.WINDOW if model is not None else op_observer.HARNESS_WINDOW
+        with torch.no_grad(), record_function(window):
             if self.device.type == "cuda":
                 start, end, closed = (_Event(enable_timing=True) for _ in range(3))
                 start.record()
@@ -288,9 +291,34 @@ class Worker:
         outputs = self._null_outputs
         return lambda *inputs: outputs[0] if len(outputs) == 1 else tuple(outputs)
 
+    def handle_flush(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The last-level cache flushed before a timed call (a request of its own, so that the
+        judge's clock of the call does not include it)."""
+        if self.flusher is None:
+            self.flusher = CacheFlusher(self.device, True)
+        self.flusher()
+        if self.device.type == "cuda":
+            _synchronize()
+        return {}
+
     # ----- the end ----------------------------------------------------------------------------
+    def _observed(self) -> op_observer.Attribution:
+        """The observer's operators so far, attributed; a new observer goes on from here. An
+        observer the candidate stopped or replaced is evidence in itself."""
+        if self.observer is not None:
+            try:
+                self.observer.stop()
+                op_observer.attribute(list(self.observer.events() or []), self.observed)
+            except Exception as exc:
+                self.observer_broken = f"{type(exc).__name__}: {str(exc)[:200]}"
+            self.observer = op_observer.start()
+        return self.observed
+
     def handle_finish(self, request: dict[str, Any]) -> dict[str, Any]:
         evidence: list[list[str]] = self._late_writes()
+        observed = self._observed()
+        if self.observer_broken:
+            evidence.append(["monkey_patch", f"the operator observer was stopped or broken: {self.observer_broken}"])
         if self.snapshot is not None:
             patched, switched = self.snapshot.changes()
             if patched:
@@ -303,6 +331,8 @@ class Worker:
                 evidence.append(["background_work", "; ".join(leftovers[:5])])
         reply: dict[str, Any] = {"evidence": evidence, "op_counts": dict(self.recorder.counts),
                                  "launch_specs": [], "launch_problems": [],
+                                 "observed_ops": dict(observed.in_calls), "observed_calls": observed.calls,
+                                 "background_ops": dict(observed.between_calls),
                                  "opened": sorted(_native_calls.opened)[:200],
                                  "symbols": sorted(_native_calls.symbols)[:2000]}
         if self.launches is not None:

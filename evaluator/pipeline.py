@@ -382,10 +382,25 @@ def _collect_flags(ctx: Context, static: list[integrity.StaticFinding], outcome:
             add(rule, evidence)
     for finding in _native_evidence(final):
         add(finding.rule, finding.evidence)
-    compute = compute_ops(final.get("op_counts", {}), task.allowed_torch_ops)
+    compute = compute_ops(_counts(final.get("op_counts")), task.allowed_torch_ops)
     if compute:
         listed = ", ".join(f"{op} x{n}" for op, n in sorted(compute.items(), key=lambda kv: -kv[1])[:8])
         add("torch_fallback", f"ModelNew.forward dispatched PyTorch compute: {listed}")
+    observed = compute_ops(_counts(final.get("observed_ops")), task.allowed_torch_ops)
+    if observed:
+        listed = ", ".join(f"{op} x{n}" for op, n in sorted(observed.items(), key=lambda kv: -kv[1])[:8])
+        add("torch_fallback", f"torch's C++ observer saw PyTorch compute inside ModelNew's calls: {listed}")
+    background = compute_ops(_counts(final.get("background_ops")), task.allowed_torch_ops)
+    if background:
+        listed = ", ".join(f"{op} x{n}" for op, n in sorted(background.items(), key=lambda kv: -kv[1])[:8])
+        add("background_work", f"PyTorch compute on other threads between ModelNew's calls: {listed}")
+
+
+def _counts(raw: Any) -> dict[str, int]:
+    """Operator counts from the worker, kept only where they are what they claim to be."""
+    if not isinstance(raw, dict):
+        return {}
+    return {str(k)[:200]: v for k, v in list(raw.items())[:5000] if type(v) is int and v >= 0}
 
 
 def _native_evidence(final: dict[str, Any]) -> list[integrity.StaticFinding]:

@@ -77,7 +77,10 @@ def capture(execute: bool = True) -> Iterator[LaunchLog]:
         # evaluator's operator recorder must not count that as the candidate's PyTorch compute.
         # (Anything else run inside a kernel body, PyTorch included, cannot compile for the GPU,
         # and compile_launches rejects it.)
-        with _disable_current_modes():
+        from agentforge.evaluator.op_observer import HARNESS_WINDOW
+        from torch.profiler import record_function
+
+        with _disable_current_modes(), record_function(HARNESS_WINDOW):
             return original(self, *args, grid=grid, warmup=warmup, **kwargs)
 
     InterpretedFunction.run = run

@@ -36,7 +36,7 @@ class ModelNew(nn.Module):
 LIE = '''
 import agentforge.evaluator.candidate_side as _side
 _real = _side._perf_counter_ns
-_side._perf_counter_ns = lambda: _real() // 20   # every interval it measures looks 20x shorter
+_side._perf_counter_ns = lambda: _real() // 50   # every interval it measures looks 50x shorter
 '''
 CONFIG = TimingConfig(warmup=1, min_reps=6, max_reps=6, flush_l2=False, recheck_fraction=0.0)
 
@@ -65,7 +65,7 @@ def test_the_judges_clock_catches_a_lying_worker(lie: bool, tmp_path: Path) -> N
     evidence, median_us = timed(SLOW_RELU.format(lie=LIE if lie else ""), tmp_path)
     rules = {rule for rule, _ in evidence}
     if lie:
-        assert median_us < 10_000, "the lie did not take: the worker reported the real time"
+        assert median_us < 5_000, "the lie did not take: the worker reported the real time"
         assert "timing_disagreement" in rules, evidence
     else:
         assert median_us >= 50_000
