@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import re
 import sys
 import traceback
 from dataclasses import dataclass
@@ -17,6 +18,21 @@ from agentforge.evaluator.compile_only import CompileOnlyStop, capture_redirecte
 from agentforge.evaluator.result import CompileRecord, ErrorRecord
 
 LOG_TAIL_CHARS = 6000
+_FIRST_ERROR = re.compile(r"(^|[:\s)])(fatal )?error\b", re.IGNORECASE)  # as the CLI's renderer reads them
+
+
+def keep_first_error(log: str, limit: int = LOG_TAIL_CHARS) -> str:
+    """A compiler log cut to `limit` characters that still holds its first error: with thousands
+    of follow-on errors the cause is the first one, and a plain tail keeps only the last."""
+    if len(log) <= limit:
+        return log
+    lines = log.splitlines()
+    first = next((i for i, line in enumerate(lines) if not line.startswith("$ ") and _FIRST_ERROR.search(line)), None)
+    if first is None:
+        return log[-limit:]
+    head = "\n".join(lines[max(0, first - 3):first + 6])[: limit // 3]
+    tail = log[-(limit - len(head) - 80):]
+    return f"{head}\n... [{len(log) - len(head) - len(tail)} characters of the log cut] ...\n{tail}"
 
 
 @dataclass
@@ -44,7 +60,7 @@ def load_candidate(source: str, backend: str, compile_only: bool, arch: str, mod
         stopped = True
     except native.BuildError as exc:
         build_failed = True
-        error = ErrorRecord(type="BuildError", message=str(exc), traceback_tail=exc.log[-LOG_TAIL_CHARS:])
+        error = ErrorRecord(type="BuildError", message=str(exc), traceback_tail=keep_first_error(exc.log))
     except SyntaxError as exc:
         build_failed = True
         error = ErrorRecord(type="SyntaxError", message=f"line {exc.lineno}: {exc.msg}")
@@ -85,7 +101,8 @@ def _compile_record(backend: str, ok: bool, compile_only: bool, arch: str) -> Co
     return CompileRecord(
         ok=ok, backend=backend, seconds=sum(e.seconds for e in events),
         cached=bool(events) and all(e.cached for e in events), path="+".join(paths),
-        arch=arch if compile_only or backend == "cuda" else None, log_tail=log[-LOG_TAIL_CHARS:],
+        arch=arch if compile_only or backend == "cuda" else None,
+        log_tail=keep_first_error(log) if not ok else log[-LOG_TAIL_CHARS:],
         resources=resources, sass_histogram=histogram,
     )
 

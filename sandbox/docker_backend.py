@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from agentforge.evaluator.result import EvalJob, EvalResult
-from agentforge.sandbox import channel, verdict
+from agentforge.sandbox import channel, reaper, verdict
 from agentforge.sandbox.config import NOBODY, SandboxConfig
 from agentforge.sandbox.process_backend import limits_for, prepare_cache
 from agentforge.sandbox.request import ChildRequest
@@ -87,18 +87,23 @@ class DockerBackend:
         started, clock = verdict.now(), time.monotonic()
         root = Path(self.config.workdir_root)
         root.mkdir(parents=True, exist_ok=True)
+        reaper.remove_dead_job_dirs(root)  # docker-job-* folders of runs killed before they cleaned up
         job_dir = Path(tempfile.mkdtemp(prefix="docker-job-", dir=root))
+        claim = reaper.claim_job_dir(job_dir)
         try:
             return self._run_in(job, job_dir, started, clock)
         finally:
             if not self.config.keep_workdir:
                 shutil.rmtree(job_dir, ignore_errors=True)
+            else:
+                (job_dir / reaper.LOCK_NAME).unlink(missing_ok=True)  # a kept workdir is not a dead job's
+            claim.release()
 
     def _run_in(self, job: EvalJob, job_dir: Path, started: str, clock: float) -> EvalResult:
         cfg = self.config
 
         def info() -> verdict.RunInfo:
-            return verdict.RunInfo(self.description(), started, time.monotonic() - clock)
+            return verdict.RunInfo(self.description(), started, time.monotonic() - clock, "docker")
 
         work, io = job_dir / "work", job_dir / "io"
         cache = Path(cfg.cache_dir).expanduser().resolve()
@@ -190,8 +195,7 @@ class DockerBackend:
             try:
                 result = EvalResult.from_json(channel.decode_frame(data, nonce).decode())
                 if result.task_name == job.task_name and result.candidate_hash == code_hash(job.candidate_source):
-                    prov = dataclasses.replace(result.provenance, sandbox=info.sandbox)
-                    return dataclasses.replace(result, provenance=prov)
+                    return verdict.stamp(result, info.sandbox, "docker")
                 problem = "the result names another task or candidate"
             except (ValueError, TypeError, KeyError, UnicodeDecodeError) as exc:
                 problem = f"unreadable result ({type(exc).__name__}: {exc})"

@@ -68,6 +68,7 @@ def test_normal_job_in_a_container(tmp_path: Path, docker_image: str) -> None:
     assert result.status == Status.OK, result.error
     assert result.candidate_meta["note"] == "(65534, '/work')"
     assert result.provenance.sandbox.startswith("docker(")
+    assert result.provenance.isolation == "docker"
     assert isinstance(DockerBackend, type)
 
 
