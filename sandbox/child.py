@@ -123,6 +123,9 @@ def _start_worker(interpret: bool) -> Any:
         pid, sock = fork_worker()
     except Exception:
         return None
+    from agentforge.evaluator import op_observer
+
+    op_observer.warm_up(background=True)  # the judge's own, for its baselines, after the fork
     return WorkerClient(sock, pid)
 
 

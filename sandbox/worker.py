@@ -69,10 +69,20 @@ def _configure(setup: dict[str, Any]) -> None:
         os.environ["OMP_NUM_THREADS"] = str(threads)
 
 
+def _warm_observer() -> None:
+    try:
+        from agentforge.evaluator import op_observer
+
+        op_observer.warm_up()
+    except Exception:
+        pass
+
+
 def serve(sock: socket.socket) -> None:
     """The worker's whole life after the fork or spawn; never returns."""
     code = 0
     try:
+        _warm_observer()  # while the judge reads its request and checks the task
         setup = wire.receive(sock)
         _harden(setup)
         _configure(setup)

@@ -30,13 +30,13 @@ from torch import nn
 
 class ModelNew(nn.Module):
     def forward(self, x):
-        time.sleep(0.05)
+        time.sleep(0.1)
         return torch.relu(x)
 '''
 LIE = '''
 import agentforge.evaluator.candidate_side as _side
 _real = _side._perf_counter_ns
-_side._perf_counter_ns = lambda: _real() // 50   # every interval it measures looks 50x shorter
+_side._perf_counter_ns = lambda: _real() // 1000   # every interval it measures looks 1000x shorter
 '''
 CONFIG = TimingConfig(warmup=1, min_reps=6, max_reps=6, flush_l2=False, recheck_fraction=0.0)
 
@@ -68,7 +68,7 @@ def test_the_judges_clock_catches_a_lying_worker(lie: bool, tmp_path: Path) -> N
         assert median_us < 5_000, "the lie did not take: the worker reported the real time"
         assert "timing_disagreement" in rules, evidence
     else:
-        assert median_us >= 50_000
+        assert median_us >= 100_000
         assert "timing_disagreement" not in rules, evidence
 
 
