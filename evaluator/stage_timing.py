@@ -66,9 +66,16 @@ def clock_disagreement(samples_us: list[float], clock: Clock) -> tuple[str | Non
 def _compiled(model: torch.nn.Module, mode: str) -> Any:
     # One compile thread: inductor's worker pool would otherwise leave processes running that the
     # integrity check for background work must not blame on the candidate.
+    import os
+    import tempfile
+
     import torch._inductor.config as inductor_config
 
     inductor_config.compile_threads = 1
+    # The judge's own cache, named for its real uid: inductor's default path is named for the user
+    # the process had when torch was imported (root, before the sandbox dropped it), and the
+    # candidate worker shares that temporary folder.
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), f"inductor-judge-{os.getuid()}")
     return torch.compile(copy.deepcopy(model), mode=None if mode == "default" else mode)
 
 

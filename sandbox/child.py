@@ -107,6 +107,11 @@ def _set_up(worker: Any, request: ChildRequest) -> Any:
     worker.setup(workdir=request.workdir, limits=to_plain(request.limits), drop_to_uid=request.drop_to_uid,
                  cache_dir=job.cache_dir, cpu_threads=job.cpu_threads, device=job.device,
                  torch_switches=request.torch_switches)
+    from agentforge.evaluator import op_observer
+
+    # The judge's own observer (for its baselines), warmed in a thread now that this process is
+    # hardened: whatever it creates on disk must belong to the sandbox user.
+    op_observer.warm_up(background=True)
     return worker
 
 
@@ -123,9 +128,6 @@ def _start_worker(interpret: bool) -> Any:
         pid, sock = fork_worker()
     except Exception:
         return None
-    from agentforge.evaluator import op_observer
-
-    op_observer.warm_up(background=True)  # the judge's own, for its baselines, after the fork
     return WorkerClient(sock, pid)
 
 

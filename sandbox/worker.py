@@ -82,7 +82,6 @@ def serve(sock: socket.socket) -> None:
     """The worker's whole life after the fork or spawn; never returns."""
     code = 0
     try:
-        _warm_observer()  # while the judge reads its request and checks the task
         setup = wire.receive(sock)
         _harden(setup)
         _configure(setup)
@@ -90,6 +89,9 @@ def serve(sock: socket.socket) -> None:
 
         worker = Worker()
         wire.send(sock, {"id": setup.get("id"), "ready": True, "pid": os.getpid()})
+        # After hardening (it creates files, which must be the sandbox user's), while the judge
+        # checks the task; the judge's next request waits in the socket meanwhile.
+        _warm_observer()
         while True:
             request = wire.receive(sock)
             if request.get("op") == "shutdown":
