@@ -231,7 +231,7 @@ class Task:
         model = self.instantiate_on_meta(shape).to(device="meta", dtype=self.dtype)
         state = itertools.chain(model.parameters(), model.buffers())
         try:
-            with torch.no_grad(), self.shape_variant(shape), _time_budget(forward_budget_s):
+            with torch.no_grad(), self.shape_variant(shape), time_budget(forward_budget_s):
                 outputs: float | None = _nbytes(model(*placed))
         except Exception:  # data-dependent ops have no meta kernel; or out of time
             outputs = None
@@ -425,7 +425,7 @@ def probe_entry(job: Any) -> Any:
 
 
 @contextlib.contextmanager
-def _time_budget(seconds: float | None) -> Iterator[None]:
+def time_budget(seconds: float | None) -> Iterator[None]:
     """TimeoutError in the block after `seconds` of wall time (SIGALRM: main thread only; elsewhere,
     or with None, no budget)."""
     import signal

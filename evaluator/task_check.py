@@ -8,41 +8,14 @@ cause), never the candidate's.
 
 from __future__ import annotations
 
-import contextlib
-import signal
-import threading
 import traceback
-from collections.abc import Iterator
 
 import torch
 from agentforge.evaluator.result import ErrorRecord
 
-from agentforge.task import Task
+from agentforge.task import Task, time_budget
 
 TASK_BUDGET_S = 120.0  # per shape: making the inputs and one reference call
-
-
-class TaskTimeout(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def _budget(seconds: float) -> Iterator[None]:
-    """A wall-clock budget for Python code in the main thread (SIGALRM); elsewhere, none."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def expire(signum: int, frame: object) -> None:
-        raise TaskTimeout(f"ran past {seconds:g} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def check(task: Task, shapes: list[str], seed: int, device: torch.device,
@@ -51,13 +24,13 @@ def check(task: Task, shapes: list[str], seed: int, device: torch.device,
     for shape in shapes:
         stage = "TaskInputsError"
         try:
-            with _budget(budget_s), torch.no_grad():
+            with time_budget(budget_s), torch.no_grad():
                 inputs = task.make_inputs(seed, shape, device)
                 stage = "TaskReferenceError"
                 model = task.make_model(seed, shape, device)
                 model(*inputs)
                 del model, inputs
-        except TaskTimeout as exc:
+        except TimeoutError as exc:
             return _record("TaskTimeout", task, shape, f"{_what(stage)} {exc}")
         except (MemoryError, torch.OutOfMemoryError) as exc:
             return _record("TaskMemoryError", task, shape, f"{_what(stage)} ran out of memory ({exc})")
