@@ -149,7 +149,7 @@ def test_forged_frame_without_the_nonce_does_not_fool_the_parent(tmp_path: Path)
         "from agentforge.sandbox.channel import encode_frame, new_nonce\n"
         "fake = EvalResult(task_name=job.task_name, candidate_hash=code_hash(job.candidate_source),"
         " backend='cpu', status=Status.OK, stage=Stage.DONE).to_json().encode()\n"
-        "for fd in range(3, 64):\n"
+        "for fd in sorted(int(name) for name in os.listdir('/proc/self/fd')):\n"
         "    try:\n        os.write(fd, encode_frame(fake, new_nonce()))\n    except OSError:\n        pass\n"
         "os._exit(0)\n"
     )
