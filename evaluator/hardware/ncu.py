@@ -73,7 +73,9 @@ CURATED_METRICS: tuple[str, ...] = (
     "lts__t_sector_hit_rate.pct",
     "lts__throughput.avg.pct_of_peak_sustained_active",
     # warp stalls
-    "smsp__warp_issue_stalled_memory_dependency_per_warp_active.pct",
+    # (nvprof's stall_memory_dependency is long_scoreboard since Volta; the name
+    # smsp__warp_issue_stalled_memory_dependency_... does not exist there and failed every run.)
+    "smsp__warp_issue_stalled_lg_throttle_per_warp_active.pct",
     "smsp__warp_issue_stalled_short_scoreboard_per_warp_active.pct",
     "smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct",
     "smsp__warp_issue_stalled_barrier_per_warp_active.pct",
@@ -98,7 +100,7 @@ _SCALE = {
 }
 
 PERMISSION_ERROR = "ERR_NVGPUCTRPERM"
-MAX_METRIC_RETRIES = 3
+MAX_METRIC_RETRIES = 6  # each retry runs the program again under ncu
 
 
 @dataclass(frozen=True)
@@ -185,35 +187,42 @@ def profile_command(command: Sequence[str], options: NcuOptions = NcuOptions(),
     cuda = options.cuda_available if options.cuda_available is not None else _cuda_available()
     if not cuda:
         return _unavailable("no CUDA GPU visible: nothing for Nsight Compute to profile")
-    record = _run(ncu, command, options, cwd)
+    record, output = _run(ncu, command, options, cwd)
     for _ in range(MAX_METRIC_RETRIES):  # an architecture without some metric: drop it, run again
-        unknown = set(_unknown_metrics(record.reason)) if not record.available else set()
+        unknown = unknown_metrics(output, options.metrics) if not record.available else set()
         kept = tuple(m for m in options.metrics if m not in unknown)
-        if not unknown or kept == options.metrics:
+        if not unknown or not kept:
             break
         options = replace(options, metrics=kept)
-        record = _run(ncu, command, options, cwd)
+        record, output = _run(ncu, command, options, cwd)
     return record
 
 
-def _run(ncu: str, command: Sequence[str], options: NcuOptions, cwd: str | Path | None) -> ProfileRecord:
+def _run(ncu: str, command: Sequence[str], options: NcuOptions,
+         cwd: str | Path | None) -> tuple[ProfileRecord, str]:
+    """The record of one ncu run, and ncu's whole output (the retry reads errors from all of it,
+    not from the record's tail: the profiled program may print after ncu's error)."""
     cmd = build_command(command, options, ncu)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=options.timeout_s, cwd=cwd,
                               env=dict(options.env) if options.env is not None else None, check=False)
     except subprocess.TimeoutExpired:
-        return _unavailable(f"ncu timed out after {options.timeout_s:g} s")
+        return _unavailable(f"ncu timed out after {options.timeout_s:g} s"), ""
     except OSError as exc:
-        return _unavailable(f"ncu could not be started: {exc}")
+        return _unavailable(f"ncu could not be started: {exc}"), ""
     output = proc.stdout + "\n" + proc.stderr
+    return _record(proc.returncode, proc.stdout, output, options), output
+
+
+def _record(returncode: int, stdout: str, output: str, options: NcuOptions) -> ProfileRecord:
     if PERMISSION_ERROR in output:
         return _unavailable(f"{PERMISSION_ERROR}: no permission to read GPU performance counters "
                             "(profiling needs NVreg_RestrictProfilingToAdminUsers=0 or admin rights); "
                             "timing-only feedback")
-    if proc.returncode != 0:
-        return _unavailable(f"ncu exited with {proc.returncode}: {_tail(output)}")
+    if returncode != 0:
+        return _unavailable(f"ncu exited with {returncode}: {_tail(output)}")
     try:
-        kernels = parse_raw_csv(proc.stdout)
+        kernels = parse_raw_csv(stdout)
     except ValueError as exc:
         return _unavailable(f"ncu output not understood: {exc}; {_tail(output)}")
     if not kernels:
@@ -231,8 +240,37 @@ def _tail(text: str, lines: int = 6, chars: int = 800) -> str:
     return " | ".join(kept)[-chars:]
 
 
-def _unknown_metrics(reason: str) -> list[str]:
-    return re.findall(r"Failed to find metric\s+(?:regex:)?([A-Za-z0-9_.]+)", reason)
+# ncu 2019.4+ prints `==ERROR== Failed to find metric regex:^NAME\.(sum|min|max|avg|pct|ratio|max_rate)$`
+# for a name without a rollup (and the regex of the full name otherwise); older builds printed the name.
+_FAILED_METRIC = re.compile(r"Failed to find metric\s+(\S+)")
+_BASE = re.compile(r"[A-Za-z0-9_]+")
+
+
+def unknown_metrics(output: str, requested: Sequence[str]) -> set[str]:
+    """The requested metrics that ncu's output says this GPU or ncu does not have. Each error
+    names a regex (or a name); a requested metric it matches whole is unknown, else every
+    requested metric with the same base name (the part before the first dot) is."""
+    unknown: set[str] = set()
+    for spec in _FAILED_METRIC.findall(output):
+        unknown |= _matching(spec.strip("'\"`,;"), requested)
+    return unknown
+
+
+def _matching(spec: str, requested: Sequence[str]) -> set[str]:
+    pattern = spec.removeprefix("regex:")
+    regex = None
+    if spec.startswith("regex:"):
+        try:
+            regex = re.compile(pattern)
+        except re.error:
+            regex = None
+    whole = {m for m in requested if (regex.fullmatch(m) if regex is not None else m == pattern)}
+    if whole:
+        return whole
+    base = _BASE.match(pattern.lstrip("^"))
+    if base is None:
+        return set()
+    return {m for m in requested if m.split(".", 1)[0] == base.group(0)}
 
 
 def _cuda_available() -> bool:

@@ -248,3 +248,40 @@ def test_real_profile_counts_the_bytes_an_elementwise_kernel_must_move(tmp_path)
     assert record.totals["kernels"] == 1
     assert record.totals["dram__bytes.sum"] == pytest.approx(2 * 4 * n, rel=0.10)
     assert record.totals["gpu__time_duration.sum"] > 0
+
+
+# ----- unknown metrics, in the form real ncu prints them ---------------------------------------
+REAL_UNKNOWN = (FIXTURES / "unknown_metric_real.txt").read_text()
+
+
+def test_real_unknown_metric_lines_name_the_requested_metrics_by_base_name() -> None:
+    requested = ("flop_count_sp", "l1tex__hit_rate.pct", "l1tex__t_sector_hit_rate.pct", "dram__bytes_read.sum")
+    assert ncu.unknown_metrics(REAL_UNKNOWN, requested) == {"flop_count_sp", "l1tex__hit_rate.pct"}
+
+
+def test_a_full_name_regex_drops_only_that_metric() -> None:
+    line = r"==ERROR== Failed to find metric regex:^sm__throughput\.avg\.pct_of_peak_sustained_active$"
+    requested = ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "sm__throughput.avg.pct_of_peak_sustained_active")
+    assert ncu.unknown_metrics(line, requested) == {"sm__throughput.avg.pct_of_peak_sustained_active"}
+    plain = "==ERROR== Failed to find metric sm__throughput.avg.pct_of_peak_sustained_active"
+    assert ncu.unknown_metrics(plain, requested) == {"sm__throughput.avg.pct_of_peak_sustained_active"}
+    assert ncu.unknown_metrics("==ERROR== Failed to find metric regex:^bogus__x\\.sum$", requested) == set()
+
+
+def test_curated_metrics_have_no_pre_volta_stall_name() -> None:
+    # nvprof's stall_memory_dependency became long_scoreboard; the old smsp__ spelling does not exist
+    assert not any("stalled_memory_dependency" in m for m in ncu.CURATED_METRICS)
+    assert "smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct" in ncu.CURATED_METRICS
+
+
+def test_real_error_form_is_retried_even_when_the_program_prints_after_it(tmp_path) -> None:
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    missing = "smsp__warp_issue_stalled_long_scoreboard_per_warp_active"
+    noise = "; ".join(f"echo 'program line {i}'" for i in range(12))  # pushes the error out of the tail
+    fail = (f"echo '==PROF== Connected to process 4242 (/usr/bin/python3)'; "
+            f"echo '==ERROR== Failed to find metric regex:^{missing}\\.pct$' >&2; {noise}; exit 1")
+    _fake_ncu(bin_dir, f'echo call >> "{calls}"\n'
+                       f'case "$*" in *{missing}*) {fail};; esac\n'
+                       f"cat '{FIXTURES / 'raw_two_kernels.csv'}'")
+    record = ncu.profile_script("bench.py", options=_options(bin_dir))
+    assert record.available and calls.read_text().count("call") == 2
