@@ -3,12 +3,16 @@
 Every subject (the candidate, eager PyTorch, each torch.compile mode) is called on the same
 input buffers in the same repetition, in a shuffled order. Before each repetition the buffers
 get new contents, so a result cached by pointer or content is wrong and the re-check catches it.
-Before each timed call the last-level cache is flushed by writing a buffer twice its size.
+Before each timed call the last-level cache is flushed (`CacheFlusher`: on the CPU by writing a
+buffer twice its size; on CUDA by writing then reading such a buffer and synchronizing, so the
+timed call starts with a clean L2 and no flush work in flight).
 
 On CUDA a call is timed with events on the current stream, and a second end event is recorded
 after a device-wide synchronize: a candidate whose work ends well after its stream's end event
-(a side stream, an async launch from a thread) is flagged and timed by the closed event. On the
-CPU the same loop uses the monotonic clock.
+(a side stream, an async launch from a thread) is flagged and timed by the closed event. Before
+the start event a short device-side wait (`head_start`) is queued, so the host enqueues the call's
+kernels while the GPU waits and its launch overhead stays outside the window, as in Triton's
+`do_bench`. On the CPU the same loop uses the monotonic clock.
 """
 
 from __future__ import annotations
@@ -28,6 +32,10 @@ from agentforge.evaluator.result import TimingConfig, TimingStats
 _perf_counter_ns = time.perf_counter_ns
 _Event = torch.cuda.Event
 _synchronize = torch.cuda.synchronize
+_sleep = getattr(torch.cuda, "_sleep", None)
+
+# About 100 us at H100 clocks: longer than the host needs to enqueue a module's few launches.
+HEAD_START_CYCLES = 200_000
 
 
 @dataclass
@@ -65,15 +73,39 @@ def llc_bytes(device: torch.device) -> int:
 
 
 class CacheFlusher:
-    """Writes a buffer of twice the last-level cache before each timed call."""
+    """Evicts the last-level cache before each timed call, with a buffer of twice its size.
+
+    CPU: the buffer is written. CUDA: the buffer is written, then read back into one word, then
+    the device is synchronized. A write alone would leave the L2 full of the buffer's dirty lines,
+    whose write-back to DRAM would land inside the next timed call; after the read pass every line
+    is clean (the dirty ones were written back during the sweep), and nothing of the flush is
+    still running when the timed call's start event is recorded."""
 
     def __init__(self, device: torch.device, enabled: bool):
         self.enabled = enabled
+        self.cuda = device.type == "cuda"
         self.buffer = torch.empty(2 * llc_bytes(device) // 4, dtype=torch.int32, device=device) if enabled else None
+        self.sink = torch.zeros((), dtype=torch.int64, device=device) if enabled and self.cuda else None
 
     def __call__(self) -> None:
-        if self.buffer is not None:
-            self.buffer.zero_()
+        if self.buffer is None:
+            return
+        self.buffer.zero_()
+        if self.sink is not None:
+            read_sweep(self.buffer, self.sink)
+            _synchronize()
+
+
+def read_sweep(buffer: torch.Tensor, sink: torch.Tensor) -> None:
+    """Read every element of `buffer` (a sum into the preallocated scalar `sink`)."""
+    torch.sum(buffer, 0, dtype=torch.int64, out=sink)
+
+
+def head_start(cycles: int = HEAD_START_CYCLES) -> None:
+    """Queue a device-side wait on the current stream before a start event: the GPU reaches the
+    event only after the host has had time to enqueue the timed call's launches."""
+    if _sleep is not None:
+        _sleep(cycles)
 
 
 def stats(samples_us: list[float]) -> TimingStats:
@@ -92,6 +124,7 @@ def _time_call_cuda(fn: Callable[..., Any], args: list[Any]) -> tuple[float, flo
     """(stream time, device-closed time, output). The second end event is recorded after a
     device-wide synchronize: work on any stream is inside it."""
     start, end, closed = _Event(enable_timing=True), _Event(enable_timing=True), _Event(enable_timing=True)
+    head_start()
     start.record()
     out = fn(*args)
     end.record()

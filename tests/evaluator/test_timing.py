@@ -159,6 +159,29 @@ def test_cache_flusher_writes_twice_the_llc() -> None:
     flusher = timing.CacheFlusher(CPU, enabled=True)
     assert flusher.buffer is not None and flusher.buffer.numel() * 4 == 2 * timing.llc_bytes(CPU)
     assert timing.CacheFlusher(CPU, enabled=False).buffer is None
+    flusher.buffer.fill_(7)
+    flusher()  # the CPU flush still writes the whole buffer
+    assert int(flusher.buffer.count_nonzero()) == 0 and flusher.sink is None
+
+
+def test_read_sweep_reads_every_element() -> None:
+    buffer, sink = torch.arange(1000, dtype=torch.int32), torch.zeros((), dtype=torch.int64)
+    timing.read_sweep(buffer, sink)
+    assert int(sink) == sum(range(1000))
+
+
+@pytest.mark.gpu
+def test_cuda_flush_leaves_nothing_in_flight_and_head_start_hides_launch_overhead() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    device = torch.device("cuda", 0)
+    flusher = timing.CacheFlusher(device, enabled=True)
+    flusher()
+    assert torch.cuda.current_stream().query()  # the flush finished before the timed call starts
+    x = torch.ones(1024, device=device)
+    samples = sorted(timing._time_call_cuda(lambda t: t.add_(1), [x])[0] for _ in range(50))
+    # a one-block kernel: a few microseconds on the device, whatever Python's launch costs
+    assert samples[len(samples) // 2] < 15.0
 
 
 def test_unsynchronized_evidence_needs_a_gap_well_beyond_the_baselines() -> None:
