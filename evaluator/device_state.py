@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import glob
 import importlib.metadata
 import os
 import platform
@@ -17,7 +16,7 @@ import socket
 import torch
 from agentforge.evaluator.result import DeviceInfo
 
-_CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06
+_CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06  # CUlimit in cuda.h
 
 
 def resolve_device(name: str) -> torch.device:
@@ -77,37 +76,48 @@ def poison_free_memory(device: torch.device) -> None:
     del chunks
 
 
-def _cudart() -> ctypes.CDLL | None:
-    lib_dir = os.path.join(os.path.dirname(torch.__file__), "lib")
-    patterns = [os.path.join(lib_dir, "libcudart*.so*"), "/usr/local/cuda/lib64/libcudart.so*"]
-    patterns += [os.path.join(p, "nvidia", "cuda_runtime", "lib", "libcudart.so*")
-                 for p in {os.path.dirname(os.path.dirname(torch.__file__))}]
-    for pattern in patterns:
-        for path in sorted(glob.glob(pattern)):
-            with contextlib.suppress(OSError):
-                return ctypes.CDLL(path)
-    with contextlib.suppress(OSError):
-        return ctypes.CDLL("libcudart.so")
+def _driver() -> ctypes.CDLL | None:
+    """The CUDA driver library (libcuda.so.1): installed with the driver, on the loader's path
+    whatever the CUDA runtime's layout (a CUDA 12 or 13 wheel, a toolkit), and it is what the
+    runtime itself calls."""
+    for name in ("libcuda.so.1", "libcuda.so"):
+        with contextlib.suppress(OSError):
+            return ctypes.CDLL(name)
     return None
 
 
+def _current_context_driver() -> ctypes.CDLL | None:
+    """The driver, with torch's primary context current on this thread (None without a GPU)."""
+    if not torch.cuda.is_available():
+        return None
+    lib = _driver()
+    if lib is None:
+        return None
+    torch.cuda.synchronize()  # a runtime call: makes the device's primary context current here
+    return lib
+
+
 def persisting_l2_bytes() -> int | None:
-    """The persisting-L2 carve-out currently set (cudaLimitPersistingL2CacheSize), if readable."""
-    lib = _cudart() if torch.cuda.is_available() else None
+    """The persisting-L2 carve-out currently set (CU_LIMIT_PERSISTING_L2_CACHE_SIZE, read with
+    cuCtxGetLimit), or None when no GPU or driver answers."""
+    lib = _current_context_driver()
     if lib is None:
         return None
     value = ctypes.c_size_t(0)
-    if lib.cudaDeviceGetLimit(ctypes.byref(value), _CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE) != 0:
+    if lib.cuCtxGetLimit(ctypes.byref(value), ctypes.c_int(_CU_LIMIT_PERSISTING_L2_CACHE_SIZE)) != 0:
         return None
     return int(value.value)
 
 
-def reset_persisting_l2() -> None:
-    lib = _cudart() if torch.cuda.is_available() else None
-    if lib is not None:
-        lib.cudaDeviceSetLimit(_CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE, ctypes.c_size_t(0))
-        with contextlib.suppress(Exception):
-            lib.cudaCtxResetPersistingL2Cache()
+def reset_persisting_l2() -> bool:
+    """Set the carve-out back to 0 and flush persisting lines to normal; True when the driver
+    accepted both (False without a GPU)."""
+    lib = _current_context_driver()
+    if lib is None:
+        return False
+    limit = lib.cuCtxSetLimit(ctypes.c_int(_CU_LIMIT_PERSISTING_L2_CACHE_SIZE), ctypes.c_size_t(0))
+    reset = lib.cuCtxResetPersistingL2Cache()
+    return limit == 0 and reset == 0
 
 
 def _driver_version() -> str | None:
