@@ -36,7 +36,9 @@ TRACEBACK_CHARS = 4000
 @contextlib.contextmanager
 def numeric_switches(enabled: bool) -> Iterator[None]:
     """TF32 off and fp32 matmuls at highest precision on both sides of every comparison, cuDNN
-    deterministic and not autotuned; the previous values are restored afterwards."""
+    neither autotuned nor forced deterministic (PyTorch's defaults: deterministic algorithms
+    slow eager convolutions, which would inflate every conv speedup); the previous values are
+    restored afterwards."""
     if not enabled:
         yield
         return
@@ -48,7 +50,7 @@ def numeric_switches(enabled: bool) -> Iterator[None]:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
-    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.deterministic = False
     torch.backends.cudnn.benchmark = False
     try:
         yield
@@ -87,6 +89,8 @@ def evaluate(request: ChildRequest, worker: Any = None) -> EvalResult:
     returns becomes an EvalResult."""
     job = request.job
     try:
+        request = _one_visible_gpu(request)  # before anything initialises CUDA
+        job = request.job
         triton_interpret.prepare_for(job.backend, job.device, job.compile_only)  # before anything imports triton
         entry = load_entry(request.entry)
         takes_worker = "worker" in inspect.signature(entry).parameters
@@ -99,6 +103,17 @@ def evaluate(request: ChildRequest, worker: Any = None) -> EvalResult:
     return _memory_verdict(result, request)
 
 
+def _one_visible_gpu(request: ChildRequest) -> ChildRequest:
+    """A job on cuda:N: this process sees only that GPU (CUDA_VISIBLE_DEVICES) and runs on cuda:0."""
+    from agentforge.sandbox.pool import child_device
+
+    visible, device = child_device(request.job.device, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if visible is None:
+        return request
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible
+    return dataclasses.replace(request, job=dataclasses.replace(request.job, device=device))
+
+
 def _set_up(worker: Any, request: ChildRequest) -> Any:
     """Harden the pre-forked worker as this process was hardened, once the request says how."""
     if worker is None:
@@ -106,7 +121,8 @@ def _set_up(worker: Any, request: ChildRequest) -> Any:
     job = request.job
     worker.setup(workdir=request.workdir, limits=to_plain(request.limits), drop_to_uid=request.drop_to_uid,
                  cache_dir=job.cache_dir, cpu_threads=job.cpu_threads, device=job.device,
-                 torch_switches=request.torch_switches)
+                 torch_switches=request.torch_switches,
+                 cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
     from agentforge.evaluator import op_observer
 
     # The judge's own observer (for its baselines), warmed in a thread now that this process is

@@ -3,6 +3,11 @@
 Jobs on a CUDA device are exclusive: two never run on the same GPU at once (timings would
 interfere). With `SandboxConfig.gpus` set, CUDA jobs are spread over those devices round-robin;
 otherwise each keeps its own `device`. CPU jobs only share the worker count.
+
+Inside the child a job on `cuda:N` sees one GPU: the child sets `CUDA_VISIBLE_DEVICES` to that GPU
+before CUDA starts (in itself and in its candidate worker) and runs on `cuda:0`
+(`child_device`), so events, synchronize and every kernel's current stream are on the job's GPU
+without a `set_device` anywhere.
 """
 
 from __future__ import annotations
@@ -20,6 +25,25 @@ def exclusive_device(device: str) -> str | None:
     if not device.startswith("cuda"):
         return None
     return device if ":" in device else "cuda:0"
+
+
+def child_device(device: str, inherited: str | None) -> tuple[str | None, str]:
+    """(the child's CUDA_VISIBLE_DEVICES, the device name to use inside the child) for a job's
+    device, given the CUDA_VISIBLE_DEVICES the child inherited (None: unset). `cuda:N` is the
+    N-th GPU of the inherited list (its entry, an index or a UUID, is kept as written), or GPU N
+    when nothing was inherited; `cuda` is `cuda:0`. CPU and `auto` jobs: (None, device), nothing
+    changes. A GPU the inherited list does not have is a ValueError."""
+    if not device.startswith("cuda"):
+        return None, device
+    _, _, index_text = device.partition(":")
+    index = int(index_text or 0)
+    if inherited is None or not inherited.strip():
+        return str(index), "cuda:0"
+    entries = [e.strip() for e in inherited.split(",") if e.strip()]
+    if index >= len(entries):
+        raise ValueError(f"job device {device} is not among the {len(entries)} GPU(s) of "
+                         f"CUDA_VISIBLE_DEVICES={inherited!r}")
+    return entries[index], "cuda:0"
 
 
 def assign_devices(jobs: Sequence[EvalJob], gpus: Sequence[str]) -> list[EvalJob]:

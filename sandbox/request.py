@@ -45,7 +45,7 @@ class ChildRequest:
     limits: Limits
     drop_to_uid: int | None = None  # when the child starts as root: setgroups([]), setgid, setuid
     mounts: tuple[MountOp, ...] = ()  # only under `unshare`; bwrap and docker mount for the child
-    torch_switches: bool = True  # TF32 off, highest fp32 matmul precision, deterministic cuDNN
+    torch_switches: bool = True  # TF32 off, highest fp32 matmul precision, cuDNN not autotuned
 
     def to_json(self) -> str:
         return to_json(self)

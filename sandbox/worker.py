@@ -51,7 +51,10 @@ def _harden(setup: dict[str, Any]) -> None:
 
 
 def _configure(setup: dict[str, Any]) -> None:
-    """Process-wide switches, as the judge sets its own: the same numerics on both sides."""
+    """Process-wide switches, as the judge sets its own: the same numerics on both sides; the
+    judge's one visible GPU, set before this process initialises CUDA."""
+    if setup.get("cuda_visible_devices") is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(setup["cuda_visible_devices"])
     import torch
     from agentforge.evaluator import build_cache
 
@@ -61,7 +64,7 @@ def _configure(setup: dict[str, Any]) -> None:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         torch.set_float32_matmul_precision("highest")
-        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.deterministic = False  # as the judge: eager's default algorithms
         torch.backends.cudnn.benchmark = False
     threads = int(setup.get("cpu_threads") or 0)
     if threads > 0 and not str(setup.get("device", "cpu")).startswith("cuda"):
