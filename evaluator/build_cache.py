@@ -52,14 +52,33 @@ class CacheEntry:
         return (self.folder / "READY").exists()
 
 
+TRUSTED_TREE = "trusted"  # built only by the parent, which never runs candidate code; read-only to the sandbox
+
+_writing_trusted = False
+
+
+def write_trusted_tree() -> None:
+    """Make this process build into the trusted tree (the parent's header prebuilder only)."""
+    global _writing_trusted
+    _writing_trusted = True
+
+
 def _builds() -> Path:
     """One build tree per user: a library built by root (an in-process run) is unreadable to the
     sandbox's unprivileged uid, and an unprivileged child must never write where root loads from."""
+    if _writing_trusted:
+        return cache_root() / TRUSTED_TREE
     return cache_root() / f"build-uid{os.geteuid()}"
 
 
 def entry(kind: str, key: str) -> CacheEntry:
     return CacheEntry(_builds() / kind / key)
+
+
+def trusted_entry(kind: str, key: str) -> CacheEntry:
+    """The same key in the trusted tree: what the parent prebuilt (a precompiled header), which a
+    sandboxed candidate can read and cannot have written."""
+    return CacheEntry(cache_root() / TRUSTED_TREE / kind / key)
 
 
 def publish(staging: Path, target: CacheEntry) -> None:

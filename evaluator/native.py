@@ -256,6 +256,9 @@ def extension_pch(plan: TorchBuildPlan, build: bool = True) -> tuple[Path | None
     flags += plan.words("post_cflags")
     key = build_cache.build_key("pch", [PCH_HEADER, torch.__version__, str(Path(torch.__file__).parent)], flags,
                                 f"{shutil.which(cxx[0]) or cxx[0]} {_compiler_id(cxx[0])}")
+    trusted = build_cache.trusted_entry("pch", key)
+    if trusted.ready:
+        return trusted.folder, f"{trusted.folder / PCH_HEADER}.gch (prebuilt by the parent)"
     target = build_cache.entry("pch", key)
     if target.ready:
         return target.folder, f"{target.folder / PCH_HEADER}.gch"
@@ -357,7 +360,8 @@ def cached_load_inline(name: str, cpp_sources: Any = (), cuda_sources: Any = (),
         event.seconds = time.perf_counter() - started
         event.log = (captured.text() if captured else "") + f"\n{type(exc).__name__}: {exc}"
         raise BuildError(f"load_inline failed to build {name}", event.log) from exc
-    event.ok, event.seconds, event.log = True, time.perf_counter() - started, captured.text()
+    event.ok, event.seconds = True, time.perf_counter() - started
+    event.log = f"precompiled header: {event.pch or 'none'}\n{captured.text()}"
     (target.folder / "READY").write_text("ok\n")
     return module
 

@@ -22,6 +22,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
+from agentforge.evaluator import header_prebuild
+from agentforge.evaluator.build_cache import TRUSTED_TREE
 from agentforge.evaluator.result import EvalJob, EvalResult
 from agentforge.sandbox import channel, isolation, reaper, verdict
 from agentforge.sandbox.config import DEFAULT_ENTRY, SandboxConfig
@@ -70,6 +72,8 @@ def prepare_cache(cache_dir: str, uid: int | None) -> None:
     path.mkdir(parents=True, exist_ok=True)
     if uid is not None and path.stat().st_uid != uid:
         for root, dirs, files in os.walk(path):
+            if root == str(path) and TRUSTED_TREE in dirs:  # the parent's own: read-only to the sandbox
+                dirs.remove(TRUSTED_TREE)
             for name in [*dirs, *files]:
                 os.lchown(os.path.join(root, name), uid, uid)
         os.chown(path, uid, uid)
@@ -145,6 +149,8 @@ class ProcessBackend:
                 os.chown(path, plan.drop_to_uid, plan.drop_to_uid)
             job_dir.chmod(0o711)
         prepare_cache(plan.cache_dir, plan.drop_to_uid)
+        if cfg.prebuild_headers and "load_inline" in job.candidate_source:
+            header_prebuild.start(plan.cache_dir, job.candidate_source, python)
         request = ChildRequest(entry=cfg.entry, job=dataclasses.replace(job, cache_dir=plan.cache_dir),
                                workdir=str(workdir), limits=limits_for(cfg, job),
                                drop_to_uid=plan.drop_to_uid, mounts=plan.mounts,

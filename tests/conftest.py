@@ -3,9 +3,15 @@ tests skip themselves (their fixtures say why) where no daemon or server can be 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+# A CLI run starts a detached build of torch's precompiled extension header (90 s of both cores,
+# 2 GB) for each new build cache that meets a load_inline candidate. Tests each use a cache of their
+# own, so they would start dozens: off here, on in the test of that feature.
+os.environ.setdefault("AGENTFORGE_SANDBOX_PREBUILD_HEADERS", "false")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
