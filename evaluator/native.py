@@ -74,6 +74,7 @@ class BuildEvent:
     sources: dict[str, str] = field(default_factory=dict)
     flags: tuple[str, ...] = ()
     pch: str = ""  # the precompiled header the C++ compile read, or why none
+    error: str = ""  # what failed, when the build failed (the log holds the compiler's words)
 
 
 BUILD_EVENTS: list[BuildEvent] = []
@@ -131,19 +132,95 @@ def device_arch() -> str:
 
 
 def load_cuda(name: str, source: str, arch_override: str | None = None, extra_cuda_cflags: Sequence[str] = ()) -> Any:
-    """Compile a CUDA source (no torch headers) to a cubin, cached, and load it with CuPy."""
-    from agentforge.evaluator.compile_only import compile_cuda_source
+    """Compile a CUDA source (no torch headers) to a cubin, cached, and load it with CuPy.
 
+    The module's kernels (`get_function`) take Python numbers as the C types their `extern "C"`
+    signature declares (CuPy alone would pass a Python int as 64 bits, misreading every `int`
+    parameter and the ones after it)."""
     started = time.perf_counter()
     arch = arch_override or device_arch()
-    ok, log, cubin = compile_cuda_source(source, name, arch, list(extra_cuda_cflags), torch_headers=False)
+    ok, log, cubin = cuda_cubin(name, source, arch, extra_cuda_cflags)
     BUILD_EVENTS.append(BuildEvent("lean-nvcc", name, ok, time.perf_counter() - started, False, log,
                                    {"cuda": source, "cubin": str(cubin)}, (arch,)))
     if not ok:
         raise BuildError(f"nvcc failed to compile {name} for {arch}", log)
     import cupy
 
-    return cupy.RawModule(path=str(cubin))
+    return TypedModule(cupy.RawModule(path=str(cubin)), kernel_signatures(source))
+
+
+def cuda_cubin(name: str, source: str, arch: str, extra_cuda_cflags: Sequence[str] = ()) -> tuple[bool, str, Path]:
+    """(ok, log, cubin) of the lean build. The cache key is the source and flags, not the name, so
+    a source built first under another name is found as the one cubin in its cache folder."""
+    from agentforge.evaluator.compile_only import compile_cuda_source
+
+    ok, log, cubin = compile_cuda_source(source, name, arch, list(extra_cuda_cflags), torch_headers=False)
+    if ok and not cubin.is_file():
+        found = sorted(cubin.parent.glob("*.cubin"))
+        if found:
+            cubin = found[0]
+    return ok, log, cubin
+
+
+# C parameter types a Python number is converted to (the rest: pointers, vectors, left to CuPy).
+_SCALAR_TYPES = {
+    "int": "int32", "signed": "int32", "signed int": "int32", "int32_t": "int32",
+    "unsigned": "uint32", "unsigned int": "uint32", "uint32_t": "uint32",
+    "long long": "int64", "long long int": "int64", "long": "int64", "long int": "int64", "int64_t": "int64",
+    "ssize_t": "int64", "ptrdiff_t": "int64", "unsigned long long": "uint64", "unsigned long": "uint64",
+    "uint64_t": "uint64", "size_t": "uint64", "float": "float32", "double": "float64",
+    "short": "int16", "unsigned short": "uint16", "bool": "bool",
+}
+_BOUNDS = r"(?:__launch_bounds__\s*\([^)]*\)\s*)?"
+_KERNEL = re.compile(r"__global__\s+" + _BOUNDS + r"void\s+" + _BOUNDS + r"(\w+)\s*\(([^)]*)\)")
+
+
+def kernel_signatures(source: str) -> dict[str, tuple[str | None, ...]]:
+    """Per `__global__` function of `source`: the numpy dtype name of each scalar parameter (None for
+    pointers and types not in `_SCALAR_TYPES`)."""
+    found: dict[str, tuple[str | None, ...]] = {}
+    for name, params in _KERNEL.findall(source):
+        types: list[str | None] = []
+        for param in filter(None, (p.strip() for p in params.split(","))):
+            if "*" in param or "&" in param or "[" in param:
+                types.append(None)
+                continue
+            words = [w for w in param.split() if w not in ("const", "volatile", "__restrict__", "__grid_constant__")]
+            types.append(_SCALAR_TYPES.get(" ".join(words[:-1])) if len(words) > 1 else None)
+        found[name] = tuple(types)
+    return found
+
+
+def typed_args(args: Sequence[Any], types: Sequence[str | None]) -> tuple[Any, ...]:
+    """`args` with each Python int, float or bool turned into the numpy scalar its parameter
+    declares; numpy scalars, arrays and pointers pass unchanged."""
+    import numpy
+
+    out = []
+    for i, arg in enumerate(args):
+        kind = types[i] if i < len(types) else None
+        out.append(numpy.dtype(kind).type(arg) if kind is not None and type(arg) in (int, float, bool) else arg)
+    return tuple(out)
+
+
+class TypedModule:
+    """A CuPy RawModule whose kernels convert Python numbers to their declared C types."""
+
+    def __init__(self, module: Any, signatures: dict[str, tuple[str | None, ...]]):
+        self._module, self._signatures = module, signatures
+
+    def get_function(self, name: str) -> Any:
+        kernel = self._module.get_function(name)
+        types = self._signatures.get(name, ())
+
+        def launch(grid: Any, block: Any, args: Sequence[Any], *rest: Any, **options: Any) -> Any:
+            return kernel(grid, block, typed_args(args, types), *rest, **options)
+
+        launch.kernel = kernel  # type: ignore[attr-defined]
+        return launch
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self._module, attribute)
 
 
 @dataclass(frozen=True)
@@ -328,7 +405,12 @@ def cached_load_inline(name: str, cpp_sources: Any = (), cuda_sources: Any = (),
     cpp = _as_list(cpp_sources)
     cuda = _as_list(cuda_sources)
     flags = [*(extra_cflags or []), "|", *(extra_cuda_cflags or []), "|", *(extra_ldflags or [])]
-    _check_flags(flags)
+    try:
+        _check_flags(flags)
+    except BuildError as exc:  # recorded: a refused build fails the verdict even when the candidate catches it
+        BUILD_EVENTS.append(BuildEvent("load_inline", name, False, 0.0, False, exc.log, error=str(exc),
+                                       sources={"cpp": "\n".join(cpp), "cuda": "\n".join(cuda)}, flags=tuple(flags)))
+        raise
     import torch
 
     key = build_cache.build_key("load_inline", [*cpp, "\0cuda\0", *cuda, repr(functions)], flags,
@@ -359,6 +441,7 @@ def cached_load_inline(name: str, cpp_sources: Any = (), cuda_sources: Any = (),
     except Exception as exc:
         event.seconds = time.perf_counter() - started
         event.log = (captured.text() if captured else "") + f"\n{type(exc).__name__}: {exc}"
+        event.error = f"load_inline failed to build {name}"
         raise BuildError(f"load_inline failed to build {name}", event.log) from exc
     event.ok, event.seconds = True, time.perf_counter() - started
     event.log = f"precompiled header: {event.pch or 'none'}\n{captured.text()}"
