@@ -1,5 +1,10 @@
 """The program Nsight Compute profiles: build the candidate, warm it up, then one call inside
-the NVTX range the profiler filters on. Run as `python -m agentforge.evaluator.profile_target JOB`."""
+the NVTX range the profiler filters on. Run as `python -m agentforge.evaluator.profile_target JOB`.
+
+It builds from the job's build cache, where the candidate worker already built the same source:
+without it the build would start cold in the job folder (`HOME`), and ncu (`--target-processes
+all`) would profile a 30-60 s `load_inline` build under its timeout. It inherits the judge's
+environment, so it sees the same single GPU (`CUDA_VISIBLE_DEVICES`) as `cuda:0`."""
 
 from __future__ import annotations
 
@@ -7,7 +12,8 @@ import sys
 from pathlib import Path
 
 import torch
-from agentforge.evaluator.loading import load_candidate
+from agentforge.evaluator import build_cache
+from agentforge.evaluator.loading import LoadOutcome, load_candidate
 from agentforge.evaluator.result import EvalJob
 from agentforge.evaluator.stage_correctness import build_models
 
@@ -16,11 +22,17 @@ from agentforge.task import Task
 NVTX_RANGE = "agentforge_candidate"
 
 
+def build(job: EvalJob) -> LoadOutcome:
+    """The candidate's module, built (or found) in the job's build cache."""
+    build_cache.set_cache_root(job.cache_dir)
+    return load_candidate(job.candidate_source, job.backend, False, job.cuda_arch, "agentforge_profiled")
+
+
 def main(job_path: str) -> int:
     job = EvalJob.from_json(Path(job_path).read_text())
     task = Task(job.task_name, job.task_source)
     device = torch.device(job.device if ":" in job.device else "cuda:0")
-    loaded = load_candidate(job.candidate_source, job.backend, False, job.cuda_arch, "agentforge_profiled")
+    loaded = build(job)
     if loaded.model_cls is None:
         return 1
     shape = job.timing_shape if job.timing_shape in task.shapes else "default"
