@@ -28,6 +28,7 @@ from __future__ import annotations
 import csv
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -187,6 +188,10 @@ def profile_command(command: Sequence[str], options: NcuOptions = NcuOptions(),
     cuda = options.cuda_available if options.cuda_available is not None else _cuda_available()
     if not cuda:
         return _unavailable("no CUDA GPU visible: nothing for Nsight Compute to profile")
+    if not loopback_works():
+        return _unavailable("ncu talks to the profiled process over a loopback TCP port, and loopback is down "
+                            "here (a network namespace without 'lo' up, as under the sandbox's `unshare` "
+                            "isolation): use bwrap isolation, which brings loopback up, to get profiles")
     record, output = _run(ncu, command, options, cwd)
     for _ in range(MAX_METRIC_RETRIES):  # an architecture without some metric: drop it, run again
         unknown = unknown_metrics(output, options.metrics) if not record.available else set()
@@ -229,6 +234,31 @@ def _record(returncode: int, stdout: str, output: str, options: NcuOptions) -> P
         scope = f"NVTX range '{options.nvtx_range}'" if options.nvtx_range else "the filters"
         return _unavailable(f"ncu profiled no kernel in {scope}: {_tail(output)}")
     return ProfileRecord(available=True, tool="ncu", kernels=tuple(kernels), totals=summarize(kernels))
+
+
+def loopback_works(timeout_s: float = 1.0) -> bool:
+    """Whether a TCP connection to 127.0.0.1 can be made in this network namespace."""
+    try:
+        with socket.socket() as server, socket.socket() as client:
+            server.bind(("127.0.0.1", 0))
+            server.listen(1)
+            client.settimeout(timeout_s)
+            client.connect(server.getsockname())
+        return True
+    except OSError:
+        return False
+
+
+def profiling_restricted(params: str = "/proc/driver/nvidia/params") -> bool | None:
+    """True when the driver lets only admin users read GPU performance counters
+    (`RmProfilingAdminOnly: 1`, the module option NVreg_RestrictProfilingToAdminUsers), False when
+    anyone may, None when the driver does not say (no NVIDIA driver here)."""
+    try:
+        text = Path(params).read_text()
+    except OSError:
+        return None
+    found = re.search(r"^RmProfilingAdminOnly:\s*(\d+)", text, re.MULTILINE)
+    return None if found is None else found.group(1) != "0"
 
 
 def _unavailable(reason: str) -> ProfileRecord:

@@ -285,3 +285,35 @@ def test_real_error_form_is_retried_even_when_the_program_prints_after_it(tmp_pa
                        f"cat '{FIXTURES / 'raw_two_kernels.csv'}'")
     record = ncu.profile_script("bench.py", options=_options(bin_dir))
     assert record.available and calls.read_text().count("call") == 2
+
+
+# ----- what ncu needs from the sandbox --------------------------------------------------------
+def test_loopback_works_here() -> None:
+    assert ncu.loopback_works()
+
+
+def test_without_loopback_the_profile_says_why_at_once(tmp_path) -> None:
+    import shutil
+    import subprocess
+
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare")
+    probe = subprocess.run(["unshare", "-rn", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot make a network namespace here: {probe.stderr.decode()[:200]}")
+    bin_dir = tmp_path / "bin"
+    _fake_ncu(bin_dir, f"cat '{FIXTURES / 'raw_two_kernels.csv'}'")
+    options = f"ncu.NcuOptions(search_path={str(bin_dir)!r}, cuda_available=True)"
+    code = ("from agentforge.evaluator.hardware import ncu; "
+            f"r = ncu.profile_script('b.py', options={options}); print(r.available, r.reason)")
+    out = subprocess.run(["unshare", "-rn", sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.startswith("False") and "loopback" in out.stdout, out.stderr[-2000:]
+
+
+def test_the_drivers_profiling_restriction_is_read_from_its_params(tmp_path) -> None:
+    params = tmp_path / "params"
+    params.write_text("ResmanDebugLevel: 4294967295\nRmProfilingAdminOnly: 1\nEnableMSI: 1\n")
+    assert ncu.profiling_restricted(str(params)) is True
+    params.write_text("RmProfilingAdminOnly: 0\n")
+    assert ncu.profiling_restricted(str(params)) is False
+    assert ncu.profiling_restricted(str(tmp_path / "none")) is None
