@@ -117,6 +117,13 @@ class Worker:
                 "compile_failed": loaded.compile_failed, "has_model": self.model_cls is not None,
                 "build_findings": [[f.rule, f.evidence] for f in findings]}
 
+    def handle_drive(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Compile-only CUDA: ModelNew constructed and driven under the CUDA lookalike, so that every
+        build it would make on a GPU is made (see `cuda_lookalike`)."""
+        from agentforge.evaluator import cuda_lookalike
+
+        return cuda_lookalike.report(self.model_cls, request)
+
     # ----- models -----------------------------------------------------------------------------
     def handle_construct(self, request: dict[str, Any]) -> dict[str, Any]:
         """ModelNew(*init) with the reference's weights where names and shapes match."""

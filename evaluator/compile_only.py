@@ -155,8 +155,11 @@ def compile_inline_extension(name: str, cpp_sources: Sequence[str], cuda_sources
                                 f"torch-{torch.__version__} {_tool_id(nvcc)} {_tool_id(cxx)} {_tool_id(ninja)}")
     target = build_cache.entry("nvcc-inline", key)
     if target.ready:
-        cubin = target.folder / "kernel.cubin"
-        return InlineVerdict(True, "", (target.folder / "build.log").read_text(), cubin, True)
+        failed = target.folder / "FAILED"
+        log = (target.folder / "build.log").read_text()
+        if failed.exists():  # a failure is a verdict too: the same source fails again at once
+            return InlineVerdict(False, failed.read_text(), log, None, True)
+        return InlineVerdict(True, "", log, target.folder / "kernel.cubin", True)
     staging = build_cache.staging_dir("nvcc-inline")
     try:
         verdict = _build_inline(staging, name, cpp_sources, cuda_sources, functions, arch, nvcc, ninja,
@@ -165,10 +168,22 @@ def compile_inline_extension(name: str, cpp_sources: Sequence[str], cuda_sources
         shutil.rmtree(staging, ignore_errors=True)
         raise
     if not verdict.ok:
-        shutil.rmtree(staging, ignore_errors=True)
+        _publish_failure(staging, target, verdict)
         return verdict
     build_cache.publish(staging, target)
     return InlineVerdict(True, "", verdict.log, target.folder / "kernel.cubin", False)
+
+
+def _publish_failure(staging: Path, target: build_cache.CacheEntry, verdict: InlineVerdict) -> None:
+    """Keep a failed build's message and log (not its files) under its key."""
+    for child in staging.iterdir():
+        if child.is_dir():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
+    (staging / "build.log").write_text(verdict.log)
+    (staging / "FAILED").write_text(verdict.message)
+    build_cache.publish(staging, target)
 
 
 def _build_inline(staging: Path, name: str, cpp_sources: Sequence[str], cuda_sources: Sequence[str], functions: Any,
@@ -186,7 +201,8 @@ def _build_inline(staging: Path, name: str, cpp_sources: Sequence[str], cuda_sou
             staging, name, sources, extra_cflags=extra_cflags, extra_ldflags=extra_ldflags,
             extra_cuda_cflags=[*extra_cuda_cflags, *_arch_flags(arch), "-Xptxas", "-v", "--keep", "--keep-dir",
                                str(keep)],
-            extra_include_paths=includes, with_cuda=True, cuda_home=cuda_home(nvcc))
+            extra_include_paths=includes, with_cuda=bool(cuda_sources) or bool(options.get("with_cuda")),
+            cuda_home=cuda_home(nvcc))
     except (OSError, TypeError, AttributeError) as exc:
         raise BuildError(f"torch's build plan for {name} could not be written: {exc}", log=str(exc)) from exc
     objects = sorted(plan.objects)

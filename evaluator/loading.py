@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from agentforge.evaluator import native
-from agentforge.evaluator.compile_only import CompileOnlyStop, capture_redirected
+from agentforge.evaluator.compile_only import CompileOnlyStop
 from agentforge.evaluator.result import CompileRecord, ErrorRecord
 
 LOG_TAIL_CHARS = 6000
@@ -47,7 +47,7 @@ class LoadOutcome:
 
 def load_candidate(source: str, backend: str, compile_only: bool, arch: str, module_name: str) -> LoadOutcome:
     native.BUILD_EVENTS.clear()
-    redirect = capture_redirected(arch) if compile_only else native.load_inline_redirected()
+    redirect = _lookalike(arch) if compile_only else native.load_inline_redirected()
     module = _new_module(module_name)
     stopped = False
     error: ErrorRecord | None = None
@@ -69,6 +69,10 @@ def load_candidate(source: str, backend: str, compile_only: bool, arch: str, mod
         build_failed = any(not e.ok for e in native.BUILD_EVENTS)
         error = ErrorRecord(type=type(exc).__name__, message=str(exc)[:2000],
                             traceback_tail=_tail(traceback.format_exc()))
+    # A build that failed is the verdict, also when the candidate caught its exception and went on.
+    failure = _build_failure(native.BUILD_EVENTS)
+    if failure is not None:
+        build_failed, error = True, failure
     record = _compile_record(backend, ok=not build_failed, compile_only=compile_only, arch=arch)
     outcome = LoadOutcome(compile=record, module=module, error=error, compile_failed=build_failed,
                           stopped_for_compile_only=stopped)
@@ -79,6 +83,18 @@ def load_candidate(source: str, backend: str, compile_only: bool, arch: str, mod
         else:
             outcome.model_cls = model_cls
     return outcome
+
+
+def _lookalike(arch: str) -> contextlib.AbstractContextManager[None]:
+    from agentforge.evaluator import cuda_lookalike
+
+    return cuda_lookalike.active(arch)
+
+
+def _build_failure(events: list[native.BuildEvent]) -> ErrorRecord | None:
+    from agentforge.evaluator import cuda_lookalike
+
+    return cuda_lookalike.build_failure(events)
 
 
 def _new_module(name: str) -> ModuleType:

@@ -33,6 +33,8 @@ class Status(enum.StrEnum):
     # The task, not the candidate, failed: it did not import, or its inputs or reference raised,
     # hung or ran out of memory on a requested shape. Nobody should "repair" the candidate for it.
     TASK_ERROR = "task_error"
+    # A CUDA candidate that compiled no CUDA code (compile-only verdicts: nothing can run to say more).
+    NO_CUDA_BUILD = "no_cuda_build"
 
 
 class Stage(enum.StrEnum):
