@@ -1,0 +1,69 @@
+"""`agentforge doctor`: the real command on this machine, and the rules of its verdicts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from agentforge.evaluator.hardware import doctor
+
+AGENTFORGE = str(Path(sys.executable).parent / "agentforge")
+
+
+def test_doctor_runs_in_under_30_s_and_without_a_gpu_says_what_runs() -> None:
+    started = time.monotonic()
+    proc = subprocess.run([AGENTFORGE, "doctor"], capture_output=True, text=True, timeout=60)
+    assert time.monotonic() - started < 30
+    names = [line.split(":")[0].split(None, 1)[1] for line in proc.stdout.splitlines()
+             if line[:5].strip() in ("ok", "warn", "fail", "info")]
+    assert names == ["python", "torch", "gpu", "driver", "nvcc", "cupy", "triton", "device nodes", "ncu",
+                     "sandbox", "loopback", "persisting L2"]
+    facts = doctor.gather()
+    if not facts.gpu:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "no GPU here: what runs is the CPU backend" in proc.stdout
+        assert "compile-only" in proc.stdout and "interpreter" in proc.stdout
+
+
+def test_doctor_json_is_one_object() -> None:
+    proc = subprocess.run([AGENTFORGE, "doctor", "--json"], capture_output=True, text=True, timeout=60)
+    report = json.loads(proc.stdout)
+    assert {c["status"] for c in report["checks"]} <= {"ok", "warn", "fail", "info"}
+    assert report["exit_code"] == proc.returncode
+
+
+def test_a_driver_older_than_torchs_cuda_fails_with_what_to_do() -> None:
+    check = doctor.check_driver(doctor.Facts(torch_version="2.11", torch_cuda="13.0", driver_cuda="12.4"))
+    assert check.status == "fail" and "CUDA 12.x" in check.fix
+    assert doctor.check_driver(doctor.Facts(torch_cuda="12.8", driver_cuda="13.0")).status == "ok"
+
+
+def test_a_driver_with_a_cpu_only_torch_fails() -> None:
+    check = doctor.check_gpu(doctor.Facts(torch_version="2.13.0+cpu", torch_cuda=None, driver_cuda="13.0"))
+    assert check.status == "fail" and "CUDA build" in check.fix
+
+
+def test_exit_code_fails_only_on_a_failure() -> None:
+    assert doctor.exit_code([doctor.Check("a", "warn", ""), doctor.Check("b", "info", "")]) == 0
+    assert doctor.exit_code([doctor.Check("a", "ok", ""), doctor.Check("b", "fail", "", "do x")]) == 2
+
+
+def test_a_check_that_raises_is_one_failed_line(monkeypatch) -> None:
+    def broken(_: doctor.Facts) -> doctor.Check:
+        raise OSError("boom")
+
+    monkeypatch.setattr(doctor, "CHECKS", (doctor.check_python, broken))
+    checks = doctor.run_checks(doctor.Facts())
+    assert checks[1].status == "fail" and "boom" in checks[1].detail
+
+
+def test_the_doctor_module_imports_only_the_standard_library_and_torch() -> None:
+    code = ("import sys; import agentforge.evaluator.hardware.doctor as d; d.run_checks(); "
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('typer', 'rich', 'pydantic', 'sqlalchemy', 'langgraph', 'openai', 'anthropic', 'matplotlib')); "
+            "print(bad)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "[]", proc.stderr[-2000:]
