@@ -55,3 +55,18 @@ def test_the_worker_takes_the_judges_visible_gpu_before_cuda_starts(monkeypatch:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
     worker._configure({"cuda_visible_devices": "2", "torch_switches": False, "device": "cuda:0"})
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "2"
+
+
+def test_loopback_comes_up_in_a_fresh_network_namespace() -> None:
+    """Under `unshare` isolation the child brings `lo` up (ncu needs it; issue 15, finding 3)."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-rn", "true"]).returncode != 0:
+        pytest.skip("cannot make a network namespace here")
+    code = ("from agentforge.evaluator.hardware.ncu import loopback_works as w; "
+            "from agentforge.sandbox.child import loopback_up as up; "
+            "before = w(); print(before, up(), w())")
+    out = subprocess.run(["unshare", "-rn", sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["False", "True", "True"], out.stderr[-2000:]
