@@ -71,6 +71,8 @@ class SandboxSettings:
                         gt=0)
     docker_image: str = _s("agentforge-eval:latest", "image for the docker sandbox")
     workers: int = _s(1, "parallel evaluation workers (one per GPU on CUDA)", ge=1)
+    warm_spares: int = _s(1, "CPU evaluation children started ahead of their job, so a job does not wait for "
+                          "Python and torch to start (0: none)", ge=0)
     prebuild_headers: bool = _s(True, "precompile torch/extension.h in the background for load_inline candidates "
                                 "(once per flag set; later cold builds take ~7 s instead of ~33 s)")
     ray_address: str | None = _s(None, "Ray cluster address, or 'auto'")

@@ -2,6 +2,10 @@
 single-child design, in one invocation on one machine.
 
     python benchmarks/trust_split.py [--base 60aec05] [--jobs 8] [--workers 2] [--machine NAME]
+    python benchmarks/trust_split.py --base 3bb97b2 --name eval_speed --label "spares + private flush"
+
+Any two commits compare this way (`--name` names the result file); where this tree's sandbox has warm
+spares, it uses one per worker, as the CLI does.
 
 The earlier design is unpacked from git (`git archive`, nothing checked out in this tree) and
 imported through a small package shim on PYTHONPATH, for the benchmark process and its sandbox
@@ -59,7 +63,8 @@ from agentforge.evaluator.api import evaluate_many
 from agentforge.sandbox import SandboxConfig
 
 cache = tempfile.mkdtemp(prefix="af-trust-")
-config = SandboxConfig(cache_dir=cache, timeout_s=600, python_paths={paths!r})
+extra = {{"warm_spares": {workers}}} if "warm_spares" in SandboxConfig.__dataclass_fields__ else {{}}
+config = SandboxConfig(cache_dir=cache, timeout_s=600, python_paths={paths!r}, **extra)
 jobs = b._jobs({jobs}, cache, "cpu", quick=False)
 start = time.perf_counter()
 results = evaluate_many(jobs, config, workers={workers})
@@ -98,13 +103,15 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--machine", default=f"cpu-{os.cpu_count()}core")
+    parser.add_argument("--name", default="trust_split", help="the result file's stem")
+    parser.add_argument("--label", default="judge + worker", help="what this tree's design is called")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="af-base-") as tmp:
         shim = unpack(args.base, Path(tmp))
         rows = []
         for _ in range(args.rounds):
-            rows.append(run_side("single child (" + args.base + ")", args.jobs, args.workers, shim))
-            rows.append(run_side("judge + worker (this tree)", args.jobs, args.workers, None))
+            rows.append(run_side(f"base ({args.base})", args.jobs, args.workers, shim))
+            rows.append(run_side(f"{args.label} (this tree)", args.jobs, args.workers, None))
     summary = {}
     for design in sorted({r["design"] for r in rows}):
         rates = [r["candidates_per_minute"] for r in rows if r["design"] == design]
@@ -112,12 +119,12 @@ def main() -> None:
     import torch
 
     report = {
-        "benchmark": "trust_split", "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "benchmark": args.name, "base": args.base, "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": args.machine, "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
         "torch": torch.__version__, "python": platform.python_version(), "jobs": args.jobs,
         "workers": args.workers, "summary": summary, "rows": rows,
     }
-    out = REPO / "results" / "benchmarks" / f"trust_split-{args.machine}.json"
+    out = REPO / "results" / "benchmarks" / f"{args.name}-{args.machine}.json"
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
 

@@ -58,6 +58,7 @@ class SandboxConfig:
     python: str = ""  # interpreter of the child; empty: the parent's own (sys.executable)
     python_paths: tuple[str, ...] = ()  # extra import roots for the child (PYTHONPATH)
     torch_switches: bool = True  # pin TF32 off / fp32 precision in the child (imports torch there)
+    warm_spares: int = 0  # CPU-job children started ahead of their job (see sandbox/spares.py)
     prebuild_headers: bool = False  # the parent precompiles torch's extension header for load_inline candidates
     keep_workdir: bool = False  # leave the workdir (stdout, stderr, build files) after the run
     kill_grace_s: float = 2.0  # SIGTERM to SIGKILL of the process group at the end
@@ -96,5 +97,6 @@ def from_settings(settings: SandboxSettings, cache_dir: str) -> SandboxConfig:
         kind=settings.kind,
         docker_image=settings.docker_image,
         prebuild_headers=bool(settings.prebuild_headers),
+        warm_spares=int(settings.warm_spares),
         extra=extra,
     )

@@ -25,7 +25,7 @@ from typing import BinaryIO
 from agentforge.evaluator import header_prebuild
 from agentforge.evaluator.build_cache import TRUSTED_TREE
 from agentforge.evaluator.result import EvalJob, EvalResult
-from agentforge.sandbox import channel, isolation, reaper, verdict
+from agentforge.sandbox import channel, isolation, reaper, spares, verdict
 from agentforge.sandbox.config import DEFAULT_ENTRY, SandboxConfig
 from agentforge.sandbox.request import ChildRequest, Limits
 from agentforge.sandbox.watchdog import Breach, ProcessTree
@@ -109,16 +109,21 @@ class ProcessBackend:
 
     def run(self, job: EvalJob) -> EvalResult:
         started, clock = verdict.now(), time.monotonic()
-        root = Path(self.config.workdir_root)
+        warm = self._warm(job)
+        spare = spares.take(self._spare_key()) if warm else None
+        if spare is not None:
+            job_dir, claim = spare.job_dir, spare.claim
+        else:
+            root = Path(self.config.workdir_root)
+            try:
+                root.mkdir(parents=True, exist_ok=True)
+                job_dir = Path(tempfile.mkdtemp(prefix="job-", dir=root))
+                claim = reaper.claim_job_dir(job_dir)
+            except OSError as exc:
+                info = verdict.RunInfo("process", started, time.monotonic() - clock)
+                return verdict.sandbox_error(job, f"cannot create a workdir under {root}: {exc}", info)
         try:
-            root.mkdir(parents=True, exist_ok=True)
-            job_dir = Path(tempfile.mkdtemp(prefix="job-", dir=root))
-            claim = reaper.claim_job_dir(job_dir)
-        except OSError as exc:
-            info = verdict.RunInfo("process", started, time.monotonic() - clock)
-            return verdict.sandbox_error(job, f"cannot create a workdir under {root}: {exc}", info)
-        try:
-            return self._run_in(job, job_dir, started, clock)
+            return self._run_in(job, job_dir, started, clock, spare)
         except OSError as exc:  # preparing the workdir or cache failed: a value, not an exception
             info = verdict.RunInfo("process", started, time.monotonic() - clock)
             return verdict.sandbox_error(job, f"could not prepare the sandbox: {exc}", info)
@@ -127,6 +132,46 @@ class ProcessBackend:
                 shutil.rmtree(job_dir, ignore_errors=True)
             (job_dir / reaper.LOCK_NAME).unlink(missing_ok=True)  # a kept workdir is not a dead job's
             claim.release()
+            if warm:
+                self.start_spare()
+
+    def _warm(self, job: EvalJob) -> bool:
+        """Whether `job` may run in a spare child started before it: CPU jobs only (a spare has
+        imported torch, and nothing may initialise CUDA before its job says which device), and
+        not Triton-interpreter jobs (the child must know before torch imports triton)."""
+        on_cpu = job.device == "cpu" or (job.device == "auto" and not _has_cuda())
+        return self.config.warm_spares > 0 and on_cpu and not _interprets(job)
+
+    def _spare_key(self) -> str:
+        """What a spare's process depends on: a spare started under another config is not used."""
+        cfg = self.config
+        return repr((cfg.isolation, cfg.workdir_root, cfg.cache_dir, cfg.python, cfg.python_paths, cfg.sandbox_uid,
+                     cfg.entry, cfg.disk_gb, cfg.torch_switches))
+
+    def start_spare(self) -> None:
+        """Start a child for the next CPU job now, up to `warm_spares` of them: it starts Python and
+        imports torch (most of a job's start, about 1-4 s on two cores) while nothing waits for
+        it, then blocks reading its request. Its job folder, isolation and process are its own, as
+        for a child started at the job; only the request, with the job and its limits, comes later."""
+        key = self._spare_key()
+        if spares.count(key) >= self.config.warm_spares:
+            return
+        root = Path(self.config.workdir_root)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            job_dir = Path(tempfile.mkdtemp(prefix="job-", dir=root))
+        except OSError:
+            return  # a spare is only an optimisation
+        claim = reaper.claim_job_dir(job_dir)
+        try:
+            workdir, plan, python = self._prepare(job_dir)
+            out, err = _log_files(job_dir)
+            proc, req_w, res_r = self._spawn(plan, python, str(workdir), out, err, interpret=False)
+        except OSError:
+            shutil.rmtree(job_dir, ignore_errors=True)
+            claim.release()
+            return
+        spares.put(key, spares.Spare(proc, req_w, res_r, job_dir, claim, workdir, plan, python, out, err))
 
     def run_many(self, jobs: Sequence[EvalJob], workers: int = 1,
                  on_result: Callable[[int, EvalResult], None] | None = None) -> list[EvalResult]:
@@ -134,7 +179,8 @@ class ProcessBackend:
 
         return run_pool(self.run, jobs, self.config, workers, on_result)
 
-    def _run_in(self, job: EvalJob, job_dir: Path, started: str, clock: float) -> EvalResult:
+    def _prepare(self, job_dir: Path) -> tuple[Path, isolation.IsolationPlan, str]:
+        """The job folder's work directory, the isolation plan, and the child's interpreter."""
         cfg = self.config
         workdir = job_dir / "work"
         (workdir / "tmp").mkdir(parents=True)
@@ -149,37 +195,53 @@ class ProcessBackend:
                 os.chown(path, plan.drop_to_uid, plan.drop_to_uid)
             job_dir.chmod(0o711)
         prepare_cache(plan.cache_dir, plan.drop_to_uid)
+        return workdir, plan, python
+
+    def _run_in(self, job: EvalJob, job_dir: Path, started: str, clock: float,
+                spare: spares.Spare | None = None) -> EvalResult:
+        cfg = self.config
+        if spare is not None:
+            workdir, plan, python = spare.workdir, spare.plan, spare.python
+        else:
+            workdir, plan, python = self._prepare(job_dir)
         if cfg.prebuild_headers and "load_inline" in job.candidate_source:
             header_prebuild.start(plan.cache_dir, job.candidate_source, python)
         request = ChildRequest(entry=cfg.entry, job=dataclasses.replace(job, cache_dir=plan.cache_dir),
                                workdir=str(workdir), limits=limits_for(cfg, job),
                                drop_to_uid=plan.drop_to_uid, mounts=plan.mounts,
                                torch_switches=cfg.torch_switches)
-        with open(job_dir / "stdout.txt", "w+b") as out, open(job_dir / "stderr.txt", "w+b") as err:
-            def info() -> verdict.RunInfo:
-                return verdict.RunInfo(plan.description, started, time.monotonic() - clock, plan.mode)
 
+        def info() -> verdict.RunInfo:
+            return verdict.RunInfo(plan.description, started, time.monotonic() - clock, plan.mode)
+
+        if spare is not None:
+            out, err, (proc, req_w, res_r) = spare.out, spare.err, (spare.proc, spare.req_w, spare.res_r)
+        else:
+            out, err = _log_files(job_dir)
+        with out, err:
             try:
-                outcome, returncode, nonce = self._spawn_and_wait(request, plan, python, out, err)
+                if spare is None:
+                    proc, req_w, res_r = self._spawn(plan, python, str(workdir), out, err, _interprets(job))
             except OSError as exc:
                 return verdict.sandbox_error(job, f"could not start the child: {exc}", info())
+            outcome, returncode, nonce = self._send_and_wait(proc, req_w, res_r, request)
             return self._verdict(job, outcome, returncode, nonce, plan, _tail(err), info())
 
-    def _spawn_and_wait(self, request: ChildRequest, plan: isolation.IsolationPlan, python: str,
-                        out: BinaryIO, err: BinaryIO) -> tuple[_Outcome, int, bytes]:
+    def _spawn(self, plan: isolation.IsolationPlan, python: str, workdir: str, out: BinaryIO, err: BinaryIO,
+               interpret: bool) -> tuple[subprocess.Popen[bytes], int, int]:
+        """Start the child (it imports, forks its worker, then waits for its request); the child's
+        process, the request pipe's write end and the result pipe's read end."""
         cfg = self.config
-        nonce = channel.new_nonce()
         req_r, req_w = os.pipe()
         res_r, res_w = os.pipe()
         argv = [*plan.prefix, python, "-P", "-m", "agentforge.sandbox.child",
                 "--request-fd", str(req_r), "--result-fd", str(res_w),
                 *(["--worker"] if cfg.entry == DEFAULT_ENTRY else []),
-                *(["--interpret"] if _interprets(request.job) else [])]
+                *(["--interpret"] if interpret else [])]
         try:
             proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, pass_fds=(req_r, res_w),
-                start_new_session=True, cwd=request.workdir,
-                env=child_env(cfg, request.workdir, plan.cache_dir),
+                start_new_session=True, cwd=workdir, env=child_env(cfg, workdir, plan.cache_dir),
             )
         except OSError:
             for fd in (req_r, req_w, res_r, res_w):
@@ -187,6 +249,12 @@ class ProcessBackend:
             raise
         os.close(req_r)
         os.close(res_w)
+        return proc, req_w, res_r
+
+    def _send_and_wait(self, proc: subprocess.Popen[bytes], req_w: int, res_r: int,
+                       request: ChildRequest) -> tuple[_Outcome, int, bytes]:
+        cfg = self.config
+        nonce = channel.new_nonce()
         frame = channel.encode_frame(request.to_json().encode(), nonce)
         threading.Thread(target=_write_and_close, args=(req_w, frame), daemon=True).start()
         tree = ProcessTree(proc.pid, memory_limit=int(cfg.memory_gb * 2**30), process_limit=cfg.max_processes,
@@ -210,6 +278,11 @@ class ProcessBackend:
             return verdict.over_limit(job, outcome.breach, stderr_tail, info)
         return verdict.crashed(job, returncode, plan.mode == "bwrap", problem, stderr_tail, info,
                                garbled=bool(outcome.data))
+
+
+def _log_files(job_dir: Path) -> tuple[BinaryIO, BinaryIO]:
+    """The child's stdout and stderr files (evidence only; closed once the job is judged)."""
+    return open(job_dir / "stdout.txt", "w+b"), open(job_dir / "stderr.txt", "w+b")
 
 
 def _interprets(job: EvalJob) -> bool:

@@ -86,7 +86,8 @@ def run_probe(job: EvalJob, sandbox: SandboxConfig) -> EvalResult:
     from agentforge.evaluator.api import evaluate
     from agentforge.evaluator.result import ErrorRecord, Stage, Status
 
-    config = sandbox.replace(entry=PROBE_ENTRY, timeout_s=min(sandbox.timeout_s, PROBE_TIMEOUT_S))
+    config = sandbox.replace(entry=PROBE_ENTRY, timeout_s=min(sandbox.timeout_s, PROBE_TIMEOUT_S),
+                             warm_spares=0)  # one probe per task: a spare would only compete with the evaluation
     result = evaluate(dataclasses.replace(job, candidate_source=""), config)
     result = dataclasses.replace(result, candidate_hash=code_hash(job.candidate_source))
     error = result.error or ErrorRecord(type="NoResult", message="no verdict")

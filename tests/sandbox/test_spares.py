@@ -1,0 +1,96 @@
+"""Spare children: started before their job (so a CPU job does not wait for Python and torch), each
+still a fresh, isolated child of its own that serves one job; a dead spare costs nothing but the
+fallback to a cold start, and none outlives the process that made it."""
+
+from __future__ import annotations
+
+import ast
+import os
+import time
+from pathlib import Path
+
+import pytest
+from agentforge.evaluator.result import Status
+from agentforge.sandbox import spares
+from agentforge.sandbox.process_backend import ProcessBackend
+from sandbox_helpers import MODES, fake_config, make_job
+
+# The child's start time, in clock ticks since boot (field 22 of /proc/self/stat), and its workdir.
+STARTED = "import os\nRESULT_NOTE = [int(open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19]), os.getcwd()]"
+
+
+def ticks_now() -> int:
+    with open("/proc/uptime") as fh:
+        return int(float(fh.read().split()[0]) * os.sysconf("SC_CLK_TCK"))
+
+
+@pytest.fixture(autouse=True)
+def no_spares_left():
+    yield
+    spares.discard_all()
+
+
+def note(result) -> object:
+    """What the candidate left in RESULT_NOTE (the fake entry returns it as its repr)."""
+    assert result.status == Status.OK, result.error
+    return ast.literal_eval(result.candidate_meta["note"])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_job_after_the_first_runs_in_a_child_started_before_it(tmp_path: Path, mode: str) -> None:
+    backend = ProcessBackend(fake_config(tmp_path, isolation=mode, warm_spares=1))
+    first_start, first_dir = note(backend.run(make_job(STARTED)))
+    time.sleep(1.0)
+    submitted = ticks_now()
+    second_start, second_dir = note(backend.run(make_job(STARTED)))
+    assert second_start < submitted, "the second job's child was started at the job, not before it"
+    assert first_start < second_start and first_dir != second_dir  # a child and a folder per job
+    assert spares.count(backend._spare_key()) == 1  # the next one is ready
+
+
+def test_a_spare_serves_one_job_and_sees_nothing_of_the_one_before(tmp_path: Path) -> None:
+    backend = ProcessBackend(fake_config(tmp_path, warm_spares=1))
+    leave = "import builtins\nopen('left.txt', 'w').write('x')\nbuiltins.LEFT_MARK = 1\nRESULT_NOTE = 0"
+    look = "import builtins, os\nRESULT_NOTE = [os.path.exists('left.txt'), hasattr(builtins, 'LEFT_MARK')]"
+    assert note(backend.run(make_job(leave))) == 0
+    for _ in range(2):  # the spare made after the first job, then the one made after the second
+        assert note(backend.run(make_job(look))) == [False, False]
+
+
+def test_a_spare_that_died_while_waiting_falls_back_to_a_cold_start(tmp_path: Path) -> None:
+    backend = ProcessBackend(fake_config(tmp_path, warm_spares=1))
+    note(backend.run(make_job(STARTED)))
+    spare = spares.take(backend._spare_key())
+    assert spare is not None
+    os.killpg(spare.proc.pid, 9)
+    spare.proc.wait()
+    spares.put(backend._spare_key(), spare)  # back in the pool, dead
+    submitted = ticks_now()
+    started, _ = note(backend.run(make_job(STARTED)))
+    assert started >= submitted  # a child started for this job
+    assert not spare.job_dir.exists()  # the dead spare's folder was removed
+
+
+def test_cuda_and_interpreter_jobs_never_take_a_spare(tmp_path: Path) -> None:
+    backend = ProcessBackend(fake_config(tmp_path, warm_spares=1))
+    job = make_job(STARTED)
+    assert backend._warm(job)
+    assert not backend._warm(make_job(STARTED, device="cuda:0"))
+    from dataclasses import replace
+
+    assert not backend._warm(replace(job, backend="triton"))
+    assert not ProcessBackend(fake_config(tmp_path))._warm(job)  # off by default
+
+
+def test_no_spare_outlives_its_process(tmp_path: Path) -> None:
+    backend = ProcessBackend(fake_config(tmp_path, warm_spares=2))
+    note(backend.run(make_job(STARTED)))
+    backend.start_spare()
+    waiting = [spares.take(backend._spare_key()) for _ in range(2)]
+    assert all(s is not None and s.alive() for s in waiting)
+    for spare in waiting:
+        spares.put(backend._spare_key(), spare)
+    spares.discard_all()
+    for spare in waiting:
+        assert spare.proc.poll() is not None and not spare.job_dir.exists()
+    assert not [p for p in (tmp_path / "work").iterdir() if p.name.startswith("job-")]
