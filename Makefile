@@ -13,7 +13,7 @@ DEMO_TASK ?= level1/softmax
 DEMO_ARGS ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo "--backend cuda" || \
 	echo "--backend cpu --shape small --quick --no-compile-baseline")
 
-.PHONY: setup system-deps test lint demo clean
+.PHONY: setup system-deps test lint demo clean gpu-check
 
 $(VENV)/.installed: pyproject.toml setup.py
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -36,6 +36,15 @@ test: setup system-deps lint
 
 demo: setup
 	$(VENV)/bin/agentforge optimize $(DEMO_TASK) --provider library --max-rounds 4 $(DEMO_ARGS)
+
+# Proves the GPU path on a GPU machine (doctor, gpu tests, timing fidelity, sandbox, profile,
+# reference kernels), resumable across calls of 10 minutes; without a GPU it prints its plan.
+# Needs no network and no `make setup`: a bare GPU image's python3 holds torch. OUT=DIR copies the
+# state and reports there.
+GPU_CHECK_PY ?= $(shell test -x $(PY) && echo $(PY) || echo python3)
+GPU_CHECK_ARGS ?=
+gpu-check:
+	$(GPU_CHECK_PY) scripts/gpu_check.py $(if $(OUT),--out $(OUT)) $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache

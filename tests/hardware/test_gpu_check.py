@@ -1,0 +1,87 @@
+"""`make gpu-check` without a GPU (its plan, exit 0), its resumable bookkeeping with stand-in
+steps, and the rule that what runs on a bare GPU image imports only the standard library, torch,
+numpy, triton, cupy and the project."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _script() -> Any:
+    spec = importlib.util.spec_from_file_location("gpu_check_under_test", REPO / "scripts" / "gpu_check.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_make_gpu_check_without_a_gpu_prints_its_plan_and_exits_0() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: make gpu-check would measure")
+    proc = subprocess.run(["make", "-s", "gpu-check"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    for step in ("doctor", "gpu_tests", "timing_fidelity", "isolation", "profile", "reference"):
+        assert f"  {step} " in proc.stdout
+    assert "total about" in proc.stdout and "results/gpu/<gpu>/gpu_check.json" in proc.stdout
+
+
+def test_the_plan_fits_the_15_minute_goal() -> None:
+    gpu_check = _script()
+    assert sum(step.estimate_s for step in gpu_check.STEPS) <= 15 * 60
+
+
+def test_steps_done_are_skipped_by_the_next_call_and_a_step_over_budget_waits(tmp_path: Path, monkeypatch) -> None:
+    gpu_check = _script()
+    calls: list[str] = []
+
+    def make(name: str) -> Any:
+        def run(state: dict[str, Any], deadline: float) -> dict[str, Any]:
+            calls.append(name)
+            return {"ok": True}
+        return run
+
+    steps = (gpu_check.Step("doctor", 1, "first", make("doctor")),
+             gpu_check.Step("timing_fidelity", 400, "second", make("timing_fidelity")))
+    monkeypatch.setattr(gpu_check, "STEPS", steps)
+    monkeypatch.setattr(gpu_check, "REPO", tmp_path)
+    monkeypatch.setattr(gpu_check, "ensure_importable", lambda: None)
+    monkeypatch.setattr(gpu_check, "gpu_identity", lambda: {"gpu": "Test GPU", "slug": "testgpu", "driver": "1.0",
+                                                            "torch": "x", "date": "2026-11-25T00:00:00+00:00"})
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    out = tmp_path / "out"
+    assert gpu_check.main(["--budget-s", "100", "--out", str(out)]) == 0
+    assert calls == ["doctor"]  # the second step would not finish in 100 s
+    state = json.loads((out / "state.json").read_text())
+    assert list(state["steps"]) == ["doctor"]
+    assert gpu_check.main(["--budget-s", "1000"]) == 0
+    assert calls == ["doctor", "timing_fidelity"]  # doctor was done: not run again
+    report = (tmp_path / "results" / "gpu" / "testgpu" / "gpu_check.md").read_text()
+    assert "Test GPU" in report and "driver 1.0" in report and "2026-11-25" in report
+    assert "| timing_fidelity | ok |" in report
+
+
+def test_what_runs_on_the_gpu_machine_imports_no_cli_or_agent_package() -> None:
+    code = ("import sys, importlib.util\n"
+            f"spec = importlib.util.spec_from_file_location('g', {str(REPO / 'scripts' / 'gpu_check.py')!r})\n"
+            "g = importlib.util.module_from_spec(spec); sys.modules['g'] = g; spec.loader.exec_module(g)\n"
+            "import agentforge.evaluator.api, agentforge.evaluator.pipeline, agentforge.sandbox.child\n"
+            "import agentforge.evaluator.candidate_side, agentforge.evaluator.profile_target\n"
+            "import agentforge.evaluator.hardware.doctor, agentforge.kernel_library\n"
+            "import agentforge.sandbox.process_backend\n"
+            "g.print_plan()\n"
+            "bad = {'typer', 'rich', 'pydantic', 'langgraph', 'sqlalchemy', 'openai', 'anthropic', 'matplotlib',\n"
+            "       'ray', 'docker', 'trl', 'transformers', 'einops'}\n"
+            "print(sorted(bad & {m.split('.')[0] for m in sys.modules}))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stderr[-2000:]
