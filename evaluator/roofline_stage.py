@@ -25,6 +25,13 @@ def roofline_for(task: Task, shape: str, device: torch.device, measured_us: floa
     return analyze(task.flops(shape), task.bytes_moved(shape), measured_us, ceilings, dtype=task.dtype_name)
 
 
+# The profile is the last stage and optional: it must never cost the verdict the stages before it
+# earned. The profiled program builds from the warm cache (profile_target), so a profile takes
+# seconds; past this, ncu is stopped and the profile is "unavailable", well inside the job's
+# wall-clock budget (SandboxConfig.timeout_s, 600 s by default).
+PROFILE_TIMEOUT_S = 120.0
+
+
 def profile(job: EvalJob, device: torch.device) -> ProfileRecord | None:
     """Nsight Compute over one call of the candidate, in a grandchild inside the same sandbox."""
     if not job.measure.profile:
@@ -37,6 +44,6 @@ def profile(job: EvalJob, device: torch.device) -> ProfileRecord | None:
         job_file = Path(tmp) / "job.json"
         job_file.write_text(to_json(job))
         command = [sys.executable, "-m", "agentforge.evaluator.profile_target", str(job_file)]
-        return profile_command(command, NcuOptions(timeout_s=300.0), cwd=tmp)
+        return profile_command(command, NcuOptions(timeout_s=PROFILE_TIMEOUT_S), cwd=tmp)
 
 

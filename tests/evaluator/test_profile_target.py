@@ -26,3 +26,10 @@ def test_the_profiled_build_is_found_in_the_jobs_cache(tmp_path: Path) -> None:
         assert build_cache.cache_root() == Path(job.cache_dir)
     finally:
         build_cache.set_cache_root(None)
+
+
+def test_a_slow_profile_cannot_use_up_the_jobs_budget() -> None:
+    from agentforge.evaluator import roofline_stage
+    from agentforge.sandbox import SandboxConfig
+
+    assert SandboxConfig().timeout_s / 4 >= roofline_stage.PROFILE_TIMEOUT_S
