@@ -10,10 +10,10 @@ the shared last level warm).
 
 On CUDA a call is timed with events on the current stream, and a second end event is recorded
 after a device-wide synchronize: a candidate whose work ends well after its stream's end event
-(a side stream, an async launch from a thread) is flagged and timed by the closed event. Before
-the start event a short device-side wait (`head_start`) is queued, so the host enqueues the call's
-kernels while the GPU waits and its launch overhead stays outside the window, as in Triton's
-`do_bench`. On the CPU the same loop uses the monotonic clock.
+(a side stream, an async launch from a thread) is flagged and timed by the closed event. A short
+device-side wait queued before the start event (`head_start`, switched by `HEAD_START`) lets the
+host enqueue the call's kernels while the GPU waits, so launch overhead stays outside the window,
+as in Triton's `do_bench`. On the CPU the same loop uses the monotonic clock.
 """
 
 from __future__ import annotations
@@ -37,6 +37,11 @@ _sleep = getattr(torch.cuda, "_sleep", None)
 
 # About 100 us at H100 clocks: longer than the host needs to enqueue a module's few launches.
 HEAD_START_CYCLES = 200_000
+# Whether `_time_call_cuda` queues the head start. Off until the candidate worker's timer
+# (candidate_side.Worker.handle_time) calls `head_start()` too: one side alone would time the
+# baselines without their launch overhead and the candidate with it, a bias of several
+# microseconds per call against every small candidate. `make gpu-check` measures both ways.
+HEAD_START = False
 
 
 @dataclass
@@ -152,7 +157,8 @@ def _time_call_cuda(fn: Callable[..., Any], args: list[Any]) -> tuple[float, flo
     """(stream time, device-closed time, output). The second end event is recorded after a
     device-wide synchronize: work on any stream is inside it."""
     start, end, closed = _Event(enable_timing=True), _Event(enable_timing=True), _Event(enable_timing=True)
-    head_start()
+    if HEAD_START:
+        head_start()
     start.record()
     out = fn(*args)
     end.record()
