@@ -6,6 +6,8 @@ Measured, each on the same machine in one invocation:
 
 - `sandbox_noop`: a job whose entry returns at once: the process sandbox's own cost per job
   (spawn, isolation, limits, the result channel, the child's interpreter start).
+- `sandbox_noop_warm`: the same with one warm spare (`SandboxConfig.warm_spares`), each job 5 s
+  after the one before (as an agent's next candidate follows its LLM calls).
 - `evaluate_lean`: full evaluations (build, correctness, integrity, timing against eager) of
   distinct lean-form C++ ReLU candidates (64 Ki floats) on the CPU backend, at each worker
   count. Each candidate is new source text, so every job builds (no cache hits).
@@ -101,29 +103,33 @@ def _jobs(n: int, cache: str, device: str, quick: bool) -> list:
             for i in range(n)]
 
 
-def bench_sandbox_noop(n: int, cache: str) -> dict:
+def bench_sandbox_noop(n: int, cache: str, warm_spares: int = 0, pause_s: float = 0.0) -> dict:
+    """Seconds per no-op job, one at a time. With `warm_spares`, a first job (not counted) starts
+    the spare, and each counted job comes `pause_s` after the one before, as an agent's next
+    candidate comes after its LLM calls."""
     from agentforge.evaluator.api import evaluate_many
-    from agentforge.sandbox import SandboxConfig
+    from agentforge.sandbox import SandboxConfig, spares
 
     config = SandboxConfig(cache_dir=cache, entry="eval_throughput:noop_entry",
-                           python_paths=(str(Path(__file__).resolve().parent),))
-    jobs = _jobs(n, cache, "cpu", quick=True)
-    per_job = []
-    for job in jobs:
-        seconds = _timed(lambda job=job: evaluate_many([job], config))
-        per_job.append(seconds)
+                           python_paths=(str(Path(__file__).resolve().parent),), warm_spares=warm_spares)
+    jobs = _jobs(n + 1, cache, "cpu", quick=True)
     results = evaluate_many(jobs[:1], config)
-    return {"jobs": n, "median_s_per_job": statistics.median(per_job), "min_s": min(per_job),
-            "max_s": max(per_job), "status": results[0].status.value}
+    per_job = []
+    for job in jobs[1:]:
+        time.sleep(pause_s)
+        per_job.append(_timed(lambda job=job: evaluate_many([job], config)))
+    spares.discard_all()
+    return {"jobs": n, "warm_spares": warm_spares, "pause_s": pause_s, "median_s_per_job": statistics.median(per_job),
+            "min_s": min(per_job), "max_s": max(per_job), "status": results[0].status.value}
 
 
 def bench_evaluate(n: int, workers: Sequence[int], cache: str, device: str) -> list[dict]:
     from agentforge.evaluator.api import evaluate_many
     from agentforge.sandbox import SandboxConfig
 
-    config = SandboxConfig(cache_dir=cache, timeout_s=600)
     rows = []
     for w in workers:
+        config = SandboxConfig(cache_dir=cache, timeout_s=600, warm_spares=w)
         jobs = _jobs(n, cache, device, quick=False)
         start = time.perf_counter()
         results = evaluate_many(jobs, config, workers=w)
@@ -223,6 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--machine", default=None, help="name in the output file (default: cpu-<cores>core)")
     parser.add_argument("--ray", action="store_true", help="also measure Ray dispatch on a local cluster")
+    parser.add_argument("--start-only", action="store_true", help="only the sandbox's start per job, cold and warm")
     parser.add_argument("--out", type=Path, default=REPO / "results" / "benchmarks")
     args = parser.parse_args(argv)
 
@@ -234,7 +241,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = {"benchmark": "eval_throughput", "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                   "machine": machine_info(), "notes": __doc__.split("\n\n", 2)[2].strip()}
         report["sandbox_noop"] = bench_sandbox_noop(args.jobs, cache)
-        report["runner_overhead"] = bench_runner_overhead(max(50, args.jobs))
+        report["sandbox_noop_warm"] = bench_sandbox_noop(args.jobs, cache, warm_spares=1, pause_s=5.0)
+        if args.start_only:
+            args.workers = []
+        else:
+            report["runner_overhead"] = bench_runner_overhead(max(50, args.jobs))
         report["evaluate_lean"] = bench_evaluate(args.jobs, args.workers, cache, "cpu")
         if args.ray:
             report["ray_dispatch"] = bench_ray(max(20, args.jobs), cache)
@@ -244,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     name = args.machine or (f"gpu-{torch.cuda.get_device_name(0)}" if gpu else f"cpu-{os.cpu_count()}core")
     name = "".join(c if c.isalnum() or c in "-_." else "-" for c in name)
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"eval_throughput-{name}.json"
+    path = args.out / f"eval_throughput{'_start' if args.start_only else ''}-{name}.json"
     path.write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps(report, indent=1))
     print(f"wrote {path}")

@@ -226,10 +226,14 @@ def main(argv: list[str] | None = None) -> None:
                         help="fork the candidate worker now, before the request is read (the real pipeline)")
     parser.add_argument("--interpret", action="store_true",
                         help="the job runs Triton in its interpreter: set before torch imports triton")
+    parser.add_argument("--preload", action="store_true",
+                        help="import torch before the request is read (a spare child does it while no job waits)")
     args = parser.parse_args(argv)
     if not args.io_dir and (args.request_fd is None or args.result_fd is None):
         parser.error("give --request-fd and --result-fd, or --io-dir")
     _no_dumps()
+    if args.preload and not args.interpret:
+        import torch  # noqa: F401 - imported now, before the request: no CUDA is initialised by it
     worker = _start_worker(args.interpret) if args.worker else None
     data, send = _open_channel(args)
     limits.die_with_parent()

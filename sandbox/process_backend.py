@@ -149,19 +149,20 @@ class ProcessBackend:
                      cfg.entry, cfg.disk_gb, cfg.torch_switches))
 
     def start_spare(self) -> None:
-        """Start a child for the next CPU job now, up to `warm_spares` of them: it starts Python and
-        imports torch (most of a job's start, about 1-4 s on two cores) while nothing waits for
-        it, then blocks reading its request. Its job folder, isolation and process are its own, as
-        for a child started at the job; only the request, with the job and its limits, comes later."""
-        key = self._spare_key()
-        if spares.count(key) >= self.config.warm_spares:
-            return
+        """Start a child for the next CPU job now, up to `warm_spares` of them, in the background:
+        it starts Python and imports torch (most of a job's start, about 1-4 s on two cores) while
+        nothing waits for it, then blocks reading its request. Its job folder, isolation and process
+        are its own, as for a child started at the job; only the request, with the job and its
+        limits, comes later."""
+        spares.start(self._spare_key(), self.config.warm_spares, self._make_spare)
+
+    def _make_spare(self) -> spares.Spare | None:
         root = Path(self.config.workdir_root)
         try:
             root.mkdir(parents=True, exist_ok=True)
             job_dir = Path(tempfile.mkdtemp(prefix="job-", dir=root))
         except OSError:
-            return  # a spare is only an optimisation
+            return None  # a spare is only an optimisation
         claim = reaper.claim_job_dir(job_dir)
         try:
             workdir, plan, python = self._prepare(job_dir)
@@ -170,8 +171,8 @@ class ProcessBackend:
         except OSError:
             shutil.rmtree(job_dir, ignore_errors=True)
             claim.release()
-            return
-        spares.put(key, spares.Spare(proc, req_w, res_r, job_dir, claim, workdir, plan, python, out, err))
+            return None
+        return spares.Spare(proc, req_w, res_r, job_dir, claim, workdir, plan, python, out, err)
 
     def run_many(self, jobs: Sequence[EvalJob], workers: int = 1,
                  on_result: Callable[[int, EvalResult], None] | None = None) -> list[EvalResult]:
@@ -237,7 +238,8 @@ class ProcessBackend:
         argv = [*plan.prefix, python, "-P", "-m", "agentforge.sandbox.child",
                 "--request-fd", str(req_r), "--result-fd", str(res_w),
                 *(["--worker"] if cfg.entry == DEFAULT_ENTRY else []),
-                *(["--interpret"] if interpret else [])]
+                *(["--interpret"] if interpret else []),
+                *(["--preload"] if cfg.torch_switches and not interpret else [])]
         try:
             proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, pass_fds=(req_r, res_w),

@@ -13,11 +13,13 @@ and all are ended at exit: their request pipes close, and each is killed and its
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import contextlib
 import os
 import shutil
 import subprocess
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -58,6 +60,31 @@ class Spare:
 
 _lock = threading.Lock()
 _spares: dict[str, list[Spare]] = {}
+_pending: dict[str, int] = {}
+# Spares are started from one thread that lives as long as the process: a child's parent-death
+# signal (bwrap's --die-with-parent, the child's own PR_SET_PDEATHSIG) fires when the *thread*
+# that started it ends, and a job's thread (a pool worker) ends long before the spare's job comes.
+_keeper = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentforge-spares")
+
+
+def start(key: str, limit: int, make: Callable[[], Spare | None]) -> None:
+    """Start a spare for `key` in the background (`make` runs on the keeper thread), unless `limit`
+    are waiting or being started already."""
+    with _lock:
+        if len(_spares.get(key, [])) + _pending.get(key, 0) >= limit:
+            return
+        _pending[key] = _pending.get(key, 0) + 1
+
+    def run() -> None:
+        try:
+            spare = make()
+        finally:
+            with _lock:
+                _pending[key] -= 1
+        if spare is not None:
+            put(key, spare)
+
+    _keeper.submit(run)
 
 
 def put(key: str, spare: Spare) -> None:
@@ -82,8 +109,17 @@ def count(key: str) -> int:
         return len(_spares.get(key, []))
 
 
+def settle() -> None:
+    """Wait until the spares being started are started (or have failed to)."""
+    try:
+        _keeper.submit(lambda: None).result()
+    except RuntimeError:  # the keeper is shut down at exit: nothing is being started
+        pass
+
+
 def discard_all() -> None:
-    """End every spare of this process (at exit, and in tests)."""
+    """End every spare of this process (at exit, and in tests), after those being started."""
+    settle()
     with _lock:
         every = [spare for waiting in _spares.values() for spare in waiting]
         _spares.clear()

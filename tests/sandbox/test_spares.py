@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -40,11 +41,13 @@ def note(result) -> object:
 def test_a_job_after_the_first_runs_in_a_child_started_before_it(tmp_path: Path, mode: str) -> None:
     backend = ProcessBackend(fake_config(tmp_path, isolation=mode, warm_spares=1))
     first_start, first_dir = note(backend.run(make_job(STARTED)))
+    spares.settle()
     time.sleep(1.0)
     submitted = ticks_now()
     second_start, second_dir = note(backend.run(make_job(STARTED)))
     assert second_start < submitted, "the second job's child was started at the job, not before it"
     assert first_start < second_start and first_dir != second_dir  # a child and a folder per job
+    spares.settle()
     assert spares.count(backend._spare_key()) == 1  # the next one is ready
 
 
@@ -60,6 +63,7 @@ def test_a_spare_serves_one_job_and_sees_nothing_of_the_one_before(tmp_path: Pat
 def test_a_spare_that_died_while_waiting_falls_back_to_a_cold_start(tmp_path: Path) -> None:
     backend = ProcessBackend(fake_config(tmp_path, warm_spares=1))
     note(backend.run(make_job(STARTED)))
+    spares.settle()
     spare = spares.take(backend._spare_key())
     assert spare is not None
     os.killpg(spare.proc.pid, 9)
@@ -86,6 +90,7 @@ def test_no_spare_outlives_its_process(tmp_path: Path) -> None:
     backend = ProcessBackend(fake_config(tmp_path, warm_spares=2))
     note(backend.run(make_job(STARTED)))
     backend.start_spare()
+    spares.settle()
     waiting = [spares.take(backend._spare_key()) for _ in range(2)]
     assert all(s is not None and s.alive() for s in waiting)
     for spare in waiting:
@@ -94,3 +99,20 @@ def test_no_spare_outlives_its_process(tmp_path: Path) -> None:
     for spare in waiting:
         assert spare.proc.poll() is not None and not spare.job_dir.exists()
     assert not [p for p in (tmp_path / "work").iterdir() if p.name.startswith("job-")]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_spare_outlives_the_thread_whose_job_started_it(tmp_path: Path, mode: str) -> None:
+    """A parent-death signal fires when the thread that started a child ends; a pool's worker thread
+    ends long before the next job comes, and must not take the spare with it."""
+    backend = ProcessBackend(fake_config(tmp_path, isolation=mode, warm_spares=1))
+    worker = threading.Thread(target=lambda: note(backend.run(make_job(STARTED))))
+    worker.start()
+    worker.join()
+    spares.settle()
+    time.sleep(1.0)  # a signal sent at the thread's end has arrived by now
+    spare = spares.take(backend._spare_key())
+    assert spare is not None and spare.alive()
+    spares.put(backend._spare_key(), spare)
+    submitted = ticks_now()
+    assert note(backend.run(make_job(STARTED)))[0] < submitted
