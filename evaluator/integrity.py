@@ -37,7 +37,9 @@ RULES: dict[str, str] = {
     "l2_persistence": "the candidate set a persisting-L2 carve-out or access window",
     "below_speed_of_light": "measured time below the task's speed-of-light floor",
     "speedup_over_10x": "speedup over 10x: marked for a person's audit",
-    "timing_disagreement": "the worker's timing samples are faster than the judge's own clock allows",
+    "timing_disagreement": "the worker's timing samples are faster than the judge's clocks (wall, and the "
+                           "worker's CPU time) allow",
+    "thread_oversubscription": "the candidate computed on more CPU threads than it (and the baselines) was given",
 }
 
 # Calls that reach PyTorch compute from Python (for the static view of torch_fallback).

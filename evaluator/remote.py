@@ -187,29 +187,87 @@ def _finite_us(reply: dict[str, Any], key: str) -> float:
 NULL_EVERY = 2  # a null round trip before every second timed call, paired with it
 
 
+def process_cpu_clock(pid: int) -> int | None:
+    """The id of another process's CPU-time clock (every thread it has or had, in nanoseconds), as
+    Linux's clock_getcpuclockid makes it, or None where it cannot be read. The kernel keeps this
+    clock: nothing the worker does inside itself changes what the judge reads."""
+    clock = ((~pid) << 3) | 2  # CPUCLOCK_SCHED of the whole process `pid`
+    try:
+        time.clock_gettime_ns(clock)
+    except (OSError, OverflowError, AttributeError):
+        return None
+    return clock
+
+
+def thread_cpu_us(pid: int) -> dict[int, float]:
+    """CPU time of each live thread of process `pid` (microseconds, from /proc/PID/task/TID/schedstat),
+    read by the judge; empty where /proc cannot be read."""
+    threads: dict[int, float] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return threads
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                threads[int(tid)] = int(f.read().split()[0]) / 1e3
+        except (OSError, ValueError, IndexError):
+            continue  # it ended between the listing and the read
+    return threads
+
+
+def _cpu_ns(clock: int | None) -> int | None:
+    if clock is None:
+        return None
+    try:
+        return time.clock_gettime_ns(clock)
+    except OSError:
+        return None
+
+
 @dataclass
 class Clock:
     """The judge's wall time of each timed round trip and of null round trips interleaved with
     them (the same inputs in, outputs shaped like the reference's out, no work), so that a change
-    in the machine's load moves both alike."""
+    in the machine's load moves both alike; and the CPU time the worker process spent in each
+    (all its threads, read from the kernel), empty where that clock cannot be read."""
 
     wall_us: list[float] = field(default_factory=list)
     null_wall_us: list[float] = field(default_factory=list)
     paired_null: list[int] = field(default_factory=list)  # per timed call: the index of its null
+    cpu_us: list[float] = field(default_factory=list)
+    null_cpu_us: list[float] = field(default_factory=list)
 
     def per_call_us(self, last: int | None = None) -> list[float]:
         """The judge's estimate of each call (of the `last` ones): its round trip less its null's."""
-        if not self.null_wall_us:
+        return self._less_null(self.wall_us, self.null_wall_us, last)
+
+    def per_call_cpu_us(self, last: int | None = None) -> list[float]:
+        """The worker's CPU time for each call (of the `last` ones): its round trip's less its null's."""
+        if len(self.cpu_us) != len(self.wall_us) or len(self.null_cpu_us) != len(self.null_wall_us):
             return []
-        pairs = list(zip(self.wall_us, self.paired_null, strict=True))
+        return self._less_null(self.cpu_us, self.null_cpu_us, last)
+
+    def _less_null(self, calls: list[float], nulls: list[float], last: int | None) -> list[float]:
+        if not nulls:
+            return []
+        pairs = list(zip(calls, self.paired_null, strict=True))
         pairs = pairs[-last:] if last else pairs
-        return [w - self.null_wall_us[n] for w, n in pairs]
+        return [w - nulls[n] for w, n in pairs]
 
     def noise_us(self) -> float:
-        if len(self.null_wall_us) < 3:
-            return 0.0
-        median = statistics.median(self.null_wall_us)
-        return statistics.median(abs(w - median) for w in self.null_wall_us)
+        return _spread(self.null_wall_us)
+
+    def cpu_noise_us(self) -> float:
+        return _spread(self.null_cpu_us)
+
+
+def _spread(values: list[float]) -> float:
+    """The median absolute deviation (0 below three values)."""
+    if len(values) < 3:
+        return 0.0
+    median = statistics.median(values)
+    return statistics.median(abs(w - median) for w in values)
 
 
 class RemoteModel:
@@ -218,6 +276,7 @@ class RemoteModel:
     def __init__(self, client: WorkerClient, key: str, device: torch.device):
         self.client, self.key, self.device = client, key, device
         self.clock = Clock()
+        self.cpu_clock = process_cpu_clock(client.pid)
         self.flush = True
         self.null_like: list[list[Any]] = []
         self._arena: Arena | None = None
@@ -261,14 +320,19 @@ class RemoteModel:
             raise WorkerBroken("a dry launch's reply is malformed")
         return specs, note
 
-    def _timed(self, key: str, buffers: list[Any], want_output: bool) -> tuple[float, float, Any, float]:
+    def _timed(self, key: str, buffers: list[Any], want_output: bool,
+               ) -> tuple[float, float, Any, float, float | None]:
         """One timed round trip. The inputs travel through the judge's input arena (written here,
         mapped read-only by the worker), the outputs through its landing arena (filled by the
-        worker, copied out here at once)."""
-        # The flush is a round trip of its own, outside the judge's clock. The null call does no work
-        # that a cold cache would slow, so it gets none (a flush costs as much as writing 2x the LLC).
-        if self.flush and key != "null":
+        worker, copied out here at once). Returns (device_us, closed_us, output, the judge's wall
+        time of the round trip, the worker's CPU time in it or None)."""
+        # The flush is a round trip of its own, outside the judge's clock. The null call gets one too:
+        # the harness's own work around a call (the input copy, its code and data) runs cold after a
+        # flush, and without one the null's round trip missed that work (an honest worker then seemed
+        # to spend up to 1.7x the CPU its call took on small inputs).
+        if self.flush:
             self.client.request("flush")
+        cpu_begin = _cpu_ns(self.cpu_clock)
         begin = _perf_counter_ns()
         fields, sent = self._arena_inputs(buffers)
         landing, sent_landing = self._landing_fields()
@@ -281,8 +345,10 @@ class RemoteModel:
             raise WorkerBroken("a timed call's reply carries no output")
         output = self._landed(reply["output"], copy=False) if want_output else None
         wall = (_perf_counter_ns() - begin) / 1e3
+        cpu_end = _cpu_ns(self.cpu_clock)
+        cpu = (cpu_end - cpu_begin) / 1e3 if cpu_begin is not None and cpu_end is not None else None
         device_us, closed_us = _finite_us(reply, "device_us"), _finite_us(reply, "closed_us")
-        return device_us, closed_us, output, wall
+        return device_us, closed_us, output, wall, cpu
 
     def expect(self, outputs_like: Any) -> None:
         """Outputs shaped like these (the reference's, real or on the meta device) land in an arena
@@ -330,12 +396,17 @@ class RemoteModel:
 
     def timer(self, buffers: list[Any]) -> tuple[float, float, Any]:
         """One timed call (the `timing.Subject.timer` protocol); the judge keeps its own wall time."""
-        if not self.clock.null_wall_us or len(self.clock.wall_us) % NULL_EVERY == 0:
-            _, _, _, null_wall = self._timed("null", buffers, True)
-            self.clock.null_wall_us.append(null_wall)
-        device_us, closed_us, out, wall = self._timed(self.key, buffers, True)
-        self.clock.wall_us.append(wall)
-        self.clock.paired_null.append(len(self.clock.null_wall_us) - 1)
+        clock = self.clock
+        if not clock.null_wall_us or len(clock.wall_us) % NULL_EVERY == 0:
+            _, _, _, null_wall, null_cpu = self._timed("null", buffers, True)
+            clock.null_wall_us.append(null_wall)
+            if null_cpu is not None:
+                clock.null_cpu_us.append(null_cpu)
+        device_us, closed_us, out, wall, cpu = self._timed(self.key, buffers, True)
+        clock.wall_us.append(wall)
+        clock.paired_null.append(len(clock.null_wall_us) - 1)
+        if cpu is not None:
+            clock.cpu_us.append(cpu)
         return device_us, closed_us, out
 
     def calibrate(self, outputs_like: Any) -> None:

@@ -12,7 +12,7 @@ import torch
 from agentforge.evaluator import op_observer, timing
 from agentforge.evaluator.compare import compare, reference_output_dtypes
 from agentforge.evaluator.guards import ConcurrencyWatch
-from agentforge.evaluator.remote import Clock, RemoteModel
+from agentforge.evaluator.remote import Clock, RemoteModel, thread_cpu_us
 from agentforge.evaluator.result import TimingConfig, TimingRecord
 from agentforge.evaluator.stage_correctness import upcast
 
@@ -20,12 +20,36 @@ from agentforge.task import Task
 
 POOL_SIZE = 4  # input contents for inputs too large to draw anew every repetition
 FRESH_INPUT_BYTES = 64 * 2**20  # inputs up to this size are drawn anew for every timed repetition
-# The worker's median must not be below this share of what the judge's own clock supports, less
-# the round trips' noise: an honest worker reports about 1.0, and on a loaded 2-core machine its
-# round trips were seen to run up to ten times its own figure (scheduling, not work), so only a
-# worker that under-reports by more than that, beyond the noise, is flagged.
+# The judge holds the worker's timing samples against two clocks of its own.
+# Wall: each timed round trip less the null round trip beside it. On a loaded 2-core machine honest
+# round trips were seen to run up to ten times the call (scheduling, not work), so a median below a
+# tenth of this estimate, beyond the noise, is flagged; a median below CLOCK_SUBSTITUTE of it, beyond
+# the noise, is not believed: the verdict times the candidate by the judge's estimate instead.
 CLOCK_AGREEMENT = 0.1
+CLOCK_SUBSTITUTE = 1 / 1.5
 CLOCK_SLACK_US = 30.0
+# CPU: the worker process's CPU time in each round trip less its null's, read from the kernel. A call
+# cannot spend more CPU than its threads times its duration, so a worker that spent more than
+# CPU_AGREEMENT x (its thread allowance x the time it reported), beyond the noise, either lies about
+# its time or ran on more threads than it was given (honest workers measured 0.8-1.0x on one thread).
+CPU_AGREEMENT = 1.5
+CPU_SLACK_US = 20.0
+# A worker thread other than the serving one that ran at least this long during the timed loop, and
+# at least this share of the time the candidate's timed calls took by its own account, is a thread
+# the candidate computes on (each member of a team of four ran 1.4 ms in a CI loop of small GEMMs;
+# the harness's own threads ran 0 us with one thread allowed).
+BUSY_THREAD_US = 200.0
+BUSY_THREAD_SHARE = 0.02
+
+
+@dataclass
+class ClockCheck:
+    """What the judge's clocks say of the worker's samples: evidence per rule, a note for the
+    record, and the judge's own per-call estimates when the worker's figure is not believed."""
+
+    evidence: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    substitute_us: list[float] | None = None
 
 
 @dataclass
@@ -42,25 +66,94 @@ def _input_bytes(values: list[Any]) -> int:
     return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
 
 
-def clock_disagreement(samples_us: list[float], clock: Clock) -> tuple[str | None, str]:
-    """(evidence when the worker's samples are faster than the judge's clock allows, a note with the
-    judge's own estimate). The judge's estimate of a call is its round trip less the round trip of
-    the null candidate next to it; a worker can make its calls look slower, never faster."""
+def _uncertainty(estimates: list[float], noise: float, absolute: float) -> float:
+    """Three standard errors of the median of `estimates` (noise: the null round trips' spread), plus
+    an absolute floor."""
+    centre = statistics.median(estimates)
+    spread = statistics.median(abs(e - centre) for e in estimates)
+    return absolute + 3 * max(noise, spread) / len(estimates) ** 0.5
+
+
+def clock_disagreement(samples_us: list[float], clock: Clock, threads: int | None = None) -> ClockCheck:
+    """Hold the worker's samples against the judge's wall clock and, with `threads` (the CPU threads
+    the candidate was given; None on a GPU), against the worker's CPU time. A worker can make its
+    calls look slower than the judge's clocks say, never faster."""
+    check = ClockCheck()
     estimates = clock.per_call_us(last=len(samples_us)) if samples_us else []
     if not estimates:
-        return None, "judge's clock: no null round trips"
+        check.notes.append("judge's clock: no null round trips")
+        return check
+    claimed = statistics.median(samples_us)
     estimate = statistics.median(estimates)
     base = statistics.median(clock.null_wall_us)
-    claimed = statistics.median(samples_us)
-    spread = statistics.median(abs(e - estimate) for e in estimates)
-    # The uncertainty of a median of n round trips, not of one: three of its standard errors.
-    slack = CLOCK_SLACK_US + 3 * max(clock.noise_us(), spread) / len(estimates) ** 0.5
-    note = (f"judge's clock: {estimate:.1f} us per call (round trip less the null round trip beside it, "
-            f"median {base:.1f} us); worker reported {claimed:.1f} us")
+    slack = _uncertainty(estimates, clock.noise_us(), CLOCK_SLACK_US)
+    check.notes.append(f"judge's clock: {estimate:.1f} us per call (round trip less the null round trip beside "
+                       f"it, median {base:.1f} us); worker reported {claimed:.1f} us")
     if claimed < CLOCK_AGREEMENT * estimate - slack:
-        return (f"the worker reported a median of {claimed:.1f} us per call; the judge's own clock measured "
-                f"{estimate:.1f} us (null round trip {base:.1f} us, noise {clock.noise_us():.1f} us)"), note
-    return None, note
+        check.evidence.append(("timing_disagreement", (
+            f"the worker reported a median of {claimed:.1f} us per call; the judge's own clock measured "
+            f"{estimate:.1f} us (null round trip {base:.1f} us, noise {clock.noise_us():.1f} us)")))
+    elif claimed < CLOCK_SUBSTITUTE * estimate - slack:
+        check.substitute_us = [max(e, 0.0) for e in estimates]
+        check.notes.append(f"the worker's {claimed:.1f} us is below what the judge's clock supports beyond its "
+                           f"noise ({slack:.1f} us): the candidate is timed by the judge's estimate")
+    if threads is not None:
+        check.evidence += _cpu_disagreement(claimed, clock, threads, len(samples_us), check.notes)
+    return check
+
+
+def _cpu_disagreement(claimed: float, clock: Clock, threads: int, n: int, notes: list[str]) -> list[tuple[str, str]]:
+    cpu = clock.per_call_cpu_us(last=n)
+    if not cpu:
+        notes.append("worker CPU clock: unreadable")
+        return []
+    spent = statistics.median(cpu)
+    slack = _uncertainty(cpu, clock.cpu_noise_us(), CPU_SLACK_US)
+    notes.append(f"worker CPU clock: {spent:.1f} us of CPU per call on {threads} thread(s) allowed")
+    if CPU_AGREEMENT * claimed * threads >= spent - slack:
+        return []
+    return [("timing_disagreement", (
+        f"the worker process spent a median of {spent:.1f} us of CPU per call (read from the kernel by the "
+        f"judge, noise {slack:.1f} us), {spent / max(claimed, 1e-3):.1f}x the {claimed:.1f} us it reported: "
+        f"more than {threads} thread(s) can spend in {CPU_AGREEMENT}x that time. Its clock lies, or it ran "
+        f"on more threads than the {threads} it was given"))]
+
+
+def busy_threads(before: dict[int, float], after: dict[int, float], main: int, calls_us: float,
+                 ) -> dict[int, float]:
+    """Threads of the worker (by id, with their CPU time in the loop) that worked during the timed
+    loop: the serving thread `main`, and every other that ran at least BUSY_THREAD_US and
+    BUSY_THREAD_SHARE of `calls_us` (the timed calls' total, as the worker reported them: a worker
+    that under-reports lowers the bar)."""
+    ran = {tid: cpu - before.get(tid, 0.0) for tid, cpu in after.items()}
+    floor = max(BUSY_THREAD_US, BUSY_THREAD_SHARE * calls_us)
+    return {tid: cpu for tid, cpu in ran.items() if tid == main or cpu >= floor}
+
+
+def thread_oversubscription(busy: dict[int, float], threads: int) -> str | None:
+    """Evidence when more threads worked than the candidate may use. On one thread nothing else in the
+    worker runs; with T > 1 two OpenMP runtimes (torch's, for the harness's flush and copies, and the
+    candidate's own) may each keep T - 1 workers, so up to 2T - 1 busy threads are allowed there and
+    the CPU clock bounds the rest."""
+    allowed = 1 if threads <= 1 else 2 * threads - 1
+    if len(busy) <= allowed:
+        return None
+    ran = ", ".join(f"{cpu / 1e3:.1f} ms" for cpu in sorted(busy.values(), reverse=True)[:8])
+    return (f"{len(busy)} threads of the worker ran during the timed loop (CPU each: {ran}; read by the judge "
+            f"from /proc); the candidate was given {threads} thread(s), as the baselines were")
+
+
+def task_precision(outputs: Any, dtypes: tuple[torch.dtype, ...] | None) -> list[torch.Tensor]:
+    """Empty (meta) tensors shaped like `outputs`, in the dtypes a task-precision run returns: the
+    landing arena and the null candidate are made from them. (The correctness stage's outputs are the
+    fp64 reference's: an arena of those would not fit the candidate's outputs, which then travelled
+    the slow way outside the worker's timed window, and only for real calls, never for the null.)"""
+    from agentforge.task import flatten_tensors
+
+    tensors = list(flatten_tensors(outputs))
+    if dtypes is None or len(dtypes) != len(tensors):
+        return [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in tensors]
+    return [torch.empty(t.shape, dtype=d, device="meta") for t, d in zip(tensors, dtypes, strict=True)]
 
 
 def _compiled(model: torch.nn.Module, mode: str) -> Any:
@@ -96,7 +189,10 @@ def _load_notes(device: torch.device) -> list[str]:
 def measure(task: Task, shape: str, candidate: RemoteModel, reference: torch.nn.Module,
             reference_dtype: torch.dtype, device: torch.device, config: TimingConfig,
             baselines: tuple[str, ...], compile_modes: tuple[str, ...], tolerance: tuple[float, float],
-            seed: int, outputs_like: Any = None) -> TimingOutcome:
+            seed: int, outputs_like: Any = None, cpu_threads: int | None = None) -> TimingOutcome:
+    """Time the candidate (in its worker) and the baselines (here) interleaved on the same fresh
+    inputs, and hold the worker's samples against the judge's clocks. `cpu_threads`: the threads the
+    candidate may use on the CPU; by default the judge's own, which its baselines run with."""
     notes: list[str] = []
     pool = [task.make_inputs(seed + 7919 * (k + 1), shape, device) for k in range(POOL_SIZE)]
     buffers = [v.clone() if isinstance(v, torch.Tensor) else v for v in pool[0]]
@@ -133,7 +229,7 @@ def measure(task: Task, shape: str, candidate: RemoteModel, reference: torch.nn.
     candidate.flush = config.flush_l2
     if outputs_like is None:
         outputs_like = reference(*buffers)
-    candidate.calibrate(outputs_like)
+    candidate.calibrate(task_precision(outputs_like, dtypes))
     subjects = [timing.Subject("candidate", candidate.timer, timer=candidate.timer)]
     if "eager" in baselines:
         subjects.append(timing.Subject("eager", reference))
@@ -147,15 +243,26 @@ def measure(task: Task, shape: str, candidate: RemoteModel, reference: torch.nn.
             except Exception as exc:
                 notes.append(f"torch.compile mode={mode} failed: {type(exc).__name__}: {str(exc)[:200]}")
     after_compile = ConcurrencyWatch.start()
+    threads_before = thread_cpu_us(candidate.client.pid)
     with op_observer.observing():  # the worker times the candidate under it: the same cost for every subject
         run = timing.run_interleaved(subjects, buffers, refill, device, config, recheck, seed=seed,
                                      crosscheck=crosscheck if config.recheck_fraction > 0 else None)
+    threads_after = thread_cpu_us(candidate.client.pid)
     evidence = [("timed_output_mismatch", f) for f in run.recheck_failures[:3]]
     cand = run.subjects["candidate"]
-    disagreement, judge_note = clock_disagreement(cand.samples_us, candidate.clock)
-    notes.append(judge_note)
-    if disagreement:
-        evidence.append(("timing_disagreement", disagreement))
+    threads = (cpu_threads or torch.get_num_threads()) if device.type == "cpu" else None
+    clock = clock_disagreement(cand.samples_us, candidate.clock, threads)
+    notes += clock.notes
+    evidence += clock.evidence
+    if clock.substitute_us is not None:
+        cand.samples_us = clock.substitute_us
+    if threads is not None and threads_after:
+        busy = busy_threads(threads_before, threads_after, candidate.client.pid, sum(cand.samples_us))
+        notes.append(f"worker threads that worked in the timed loop: {len(busy)} of {len(threads_after)} "
+                     "(CPU ms: " + ", ".join(f"{cpu / 1e3:.1f}" for cpu in busy.values()) + ")")
+        oversubscribed = thread_oversubscription(busy, threads)
+        if oversubscribed:
+            evidence.append(("thread_oversubscription", oversubscribed))
     if device.type == "cuda":
         gap = timing.unsynchronized_evidence(cand, [s for s in run.subjects.values() if s is not cand])
         if gap:

@@ -41,7 +41,7 @@ _side._perf_counter_ns = lambda: _real() // 1000   # every interval it measures 
 CONFIG = TimingConfig(warmup=1, min_reps=6, max_reps=6, flush_l2=False, recheck_fraction=0.0)
 
 
-def timed(source: str, tmp_path: Path) -> tuple[list[tuple[str, str]], float]:
+def timed(source: str, tmp_path: Path, config: TimingConfig = CONFIG) -> tuple[list[tuple[str, str]], float]:
     task = Task("elementwise_relu", TASK.read_text())
     device = torch.device("cpu")
     client = WorkerClient.spawn()
@@ -53,8 +53,8 @@ def timed(source: str, tmp_path: Path) -> tuple[list[tuple[str, str]], float]:
         assert loaded["has_model"], loaded
         reference, candidate = build_remote(task, client, "default", 1234, device)
         with torch.no_grad():
-            outcome = measure(task, "default", candidate, reference, torch.float64, device, CONFIG, (), (),
-                              (1e-5, 1e-5), seed=99)
+            outcome = measure(task, "default", candidate, reference, torch.float64, device, config, (), (),
+                              (1e-5, 1e-5), seed=99, cpu_threads=1)
     finally:
         client.close()
     return outcome.evidence, outcome.record.candidate.median_us
@@ -62,14 +62,82 @@ def timed(source: str, tmp_path: Path) -> tuple[list[tuple[str, str]], float]:
 
 @pytest.mark.parametrize("lie", [False, True], ids=["honest", "lying"])
 def test_the_judges_clock_catches_a_lying_worker(lie: bool, tmp_path: Path) -> None:
+    """A thousandfold lie gains nothing: it is flagged, or (when a loaded machine's noise hides it from
+    the flag) the verdict times the candidate by the judge's own clock, about the real 100 ms."""
     evidence, median_us = timed(SLOW_RELU.format(lie=LIE if lie else ""), tmp_path)
     rules = {rule for rule, _ in evidence}
     if lie:
-        assert median_us < 5_000, "the lie did not take: the worker reported the real time"
-        assert "timing_disagreement" in rules, evidence
+        assert "timing_disagreement" in rules or median_us >= 50_000, (median_us, evidence)
     else:
         assert median_us >= 100_000
         assert "timing_disagreement" not in rules, evidence
+
+
+# A call that really computes for about 3 ms of CPU on one thread, so that the CPU the worker spends
+# is the call's work. The lie makes the worker's clock count the CPU its thread spends, divided by a
+# small factor: a figure inside the wall clock's tenfold bound whatever the machine's load.
+BUSY = '''
+import time
+import torch
+from torch import nn
+{extra}
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        begin = time.thread_time()
+        while time.thread_time() - begin < 0.003:
+            pass
+        return torch.relu(x)
+'''
+SMALL_LIE = '''
+import agentforge.evaluator.candidate_side as _side
+_side._perf_counter_ns = lambda: time.thread_time_ns() // {factor}
+'''
+# A second thread that computes as long as the calls do (it waits for each call's signal): on a
+# machine with one thread allowed, the worker now works on two.
+HELPER_THREAD = '''
+import threading
+_go = threading.Semaphore(0)
+
+def _spin():
+    while True:
+        _go.acquire()
+        begin = time.thread_time()
+        while time.thread_time() - begin < 0.003:
+            pass
+
+threading.Thread(target=_spin, daemon=True).start()
+_forward = ModelNew.forward
+
+def _forward_with_helper(self, x):
+    _go.release()
+    return _forward(self, x)
+
+ModelNew.forward = _forward_with_helper
+'''
+BUSY_CONFIG = TimingConfig(warmup=2, min_reps=12, max_reps=12, flush_l2=False, recheck_fraction=0.0)
+
+
+@pytest.mark.parametrize("factor", [1, 2, 3], ids=["honest", "2x", "3x"])
+def test_the_cpu_clock_catches_a_small_lie(factor: int, tmp_path: Path) -> None:
+    """The worker's CPU time, read by the judge from the kernel, catches a lie of 2x that the wall
+    clock's tenfold bound lets through; an honest busy worker is not flagged."""
+    extra = SMALL_LIE.format(factor=factor) if factor > 1 else ""
+    evidence, _ = timed(BUSY.format(extra=extra), tmp_path, BUSY_CONFIG)
+    found = [ev for rule, ev in evidence if rule == "timing_disagreement"]
+    if factor == 1:
+        assert not found, evidence
+    else:
+        assert found and "of CPU per call" in found[-1], evidence
+
+
+def test_a_second_working_thread_is_oversubscription(tmp_path: Path) -> None:
+    """A helper thread that works during every call, on a worker given one thread, is caught by the
+    judge's per-thread CPU reading, whatever the worker reports."""
+    source = BUSY.format(extra="") + HELPER_THREAD
+    evidence, _ = timed(source, tmp_path, BUSY_CONFIG)
+    found = [ev for rule, ev in evidence if rule == "thread_oversubscription"]
+    assert found and "2 threads of the worker ran" in found[0], evidence
 
 
 REPEAT_DETECTOR = '''
