@@ -48,6 +48,7 @@ WORK = Path(tempfile.gettempdir()) / "agentforge-gpu-check"
 SANDBOX_UID = 65534
 BAR = 0.05  # timing fidelity: the evaluator within 5 % of ncu for kernels over 20 us
 BAR_ABOVE_US = 20.0
+_REEXEC = "AGENTFORGE_GPU_CHECK_REEXEC"
 
 
 @dataclass(frozen=True)
@@ -66,12 +67,31 @@ def ensure_importable() -> None:
         return
     except ImportError:
         pass
+    if os.environ.get(_REEXEC) == "1":
+        raise SystemExit("gpu-check: the project was installed but still does not import")
     proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
                            "--no-index", "-e", str(REPO)], capture_output=True, text=True, timeout=300)
-    if proc.returncode != 0:
-        raise SystemExit(f"gpu-check: cannot install the project here: {proc.stderr[-1500:]}")
-    importlib.invalidate_caches()
-    importlib.import_module("agentforge.evaluator.result")
+    if proc.returncode != 0:  # an old setuptools, no pip: the import name mapped by symbolic links
+        print(f"gpu-check: pip could not install the checkout ({proc.stderr.strip()[-300:]}); using a path shim",
+              flush=True)
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(path_shim()), os.environ.get("PYTHONPATH")]))
+    # An editable install takes effect through a .pth file, read only when an interpreter starts.
+    os.environ[_REEXEC] = "1"
+    sys.stdout.flush()
+    os.execv(sys.executable, [sys.executable, str(Path(__file__).resolve()), *sys.argv[1:]])
+
+
+def path_shim() -> Path:
+    """A folder holding `agentforge` as the installed package lays it out (setup.py's mapping:
+    agentforge/, evaluator/ -> agentforge.evaluator, ...), made of symbolic links to the checkout."""
+    package = WORK / "path" / "agentforge"
+    if not package.exists():
+        package.mkdir(parents=True)
+        for entry in (REPO / "agentforge").iterdir():
+            (package / entry.name).symlink_to(entry)
+        for folder in ("evaluator", "sandbox", "rl"):
+            (package / folder).symlink_to(REPO / folder)
+    return package.parent
 
 
 def gpu_identity() -> dict[str, Any]:
@@ -92,8 +112,10 @@ def sandbox_config(isolation: str = "auto", **changes: Any) -> Any:
     """One cache and work root for the whole check, under /tmp (traversable by the sandbox user)."""
     from agentforge.sandbox import SandboxConfig
 
+    shim = WORK / "path"
+    paths = (str(shim),) if str(shim) in os.environ.get("PYTHONPATH", "") else ()
     return SandboxConfig(isolation=isolation, cache_dir=str(WORK / "cache"), workdir_root=str(WORK / "work"),
-                         **changes)
+                         python_paths=paths, **changes)
 
 
 # ----- 1. doctor ------------------------------------------------------------------------------
