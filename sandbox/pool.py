@@ -32,12 +32,12 @@ def child_device(device: str, inherited: str | None) -> tuple[str | None, str]:
     device, given the CUDA_VISIBLE_DEVICES the child inherited (None: unset). `cuda:N` is the
     N-th GPU of the inherited list (its entry, an index or a UUID, is kept as written), or GPU N
     when nothing was inherited; `cuda` is `cuda:0`. CPU and `auto` jobs: (None, device), nothing
-    changes. A GPU the inherited list does not have is a ValueError."""
+    changes. A GPU the inherited list does not have (an empty list hides every GPU) is a ValueError."""
     if not device.startswith("cuda"):
         return None, device
     _, _, index_text = device.partition(":")
     index = int(index_text or 0)
-    if inherited is None or not inherited.strip():
+    if inherited is None:
         return str(index), "cuda:0"
     entries = [e.strip() for e in inherited.split(",") if e.strip()]
     if index >= len(entries):

@@ -28,6 +28,8 @@ def test_child_device(device: str, inherited: str | None, expected: tuple[str | 
 def test_a_gpu_the_inherited_list_lacks_is_an_error() -> None:
     with pytest.raises(ValueError, match="not among the 2 GPU"):
         child_device("cuda:2", "0,1")
+    with pytest.raises(ValueError, match="not among the 0 GPU"):
+        child_device("cuda:0", "")  # the parent hid every GPU: the child must not see one
 
 
 def test_pool_spreads_jobs_then_each_child_maps_its_own() -> None:
