@@ -40,6 +40,8 @@ RULES: dict[str, str] = {
     "timing_disagreement": "the worker's timing samples are faster than the judge's clocks (wall, and the "
                            "worker's CPU time) allow",
     "thread_oversubscription": "the candidate computed on more CPU threads than it (and the baselines) was given",
+    "observer_tampering": "the candidate touches what observes it: the dispatcher's switches and mode stack, the "
+                          "profiler, tracing and audit hooks",
 }
 
 # Calls that reach PyTorch compute from Python (for the static view of torch_fallback).
@@ -83,6 +85,18 @@ _LINKED_LIBRARY = re.compile(r"(blas|lapack|cublas|cudnn|dnnl|onednn|mkl|cuspars
 _NATIVE_SYMBOL = re.compile(r"(cblas_|lapacke_|cublas|cudnn|mkl_|dnnl_|(^|_)[sdcz](gemm|gemv|symm|syrk|trsm|trmm|"
                             r"axpy|dot|scal|ger)(_?64)?_?$|^_ZN2at|^_ZN3c10|^_ZN5torch)", re.IGNORECASE)
 _C_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
+# Parts of torch that observe a candidate or decide what it runs under: the dispatcher's keys, guards
+# and thread-local sets, the Python dispatch and function-mode stacks, the profiler and RecordFunction.
+# A name under torch (or a string that names one) matching this is a switch on the observer.
+_OBSERVER_TEXT = re.compile(r"(dispatch|profil|record_?function|kineto|mode_stack|function_?mode|_push_mode|"
+                            r"_pop_mode|_set_torch_function|_itt\b|observer)", re.IGNORECASE)
+# Hooks of the interpreter that see (or hide) every call: sys/threading tracing and profiling, audit.
+_INTERPRETER_HOOKS = {"setprofile", "settrace", "setprofile_all_threads", "settrace_all_threads", "addaudithook",
+                      "monitoring", "_setprofileallthreads", "_settraceallthreads"}
+# A string constant that looks like a name (no spaces: not a C++ source) can be looked up with getattr;
+# one naming (part of) the dispatcher, a mode stack or the profiler is a lookup of the observer.
+_NAME_LIKE = re.compile(r"[A-Za-z_][\w.]{0,100}")
+_OBSERVER_STRING = re.compile(r"(dispatch|profiler|record_?function|kineto|mode_stack|function_?mode)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -111,6 +125,7 @@ def static_findings(source: str) -> list[StaticFinding]:
     findings += _patching(tree, aliases)
     findings += _calls(tree, aliases)
     findings += _strings(tree)
+    findings += _observer_tampering(tree, aliases)
     return findings
 
 
@@ -243,6 +258,55 @@ def _calls(tree: ast.Module, aliases: dict[str, str]) -> list[StaticFinding]:
             if isinstance(attr, ast.Constant) and attr.value in ("__import__", "_getframe", "get_objects"):
                 found.append(StaticFinding("dynamic_import" if attr.value == "__import__" else
                                            "forbidden_introspection", f"line {node.lineno} looks up {attr.value}"))
+    return _dedupe(found)
+
+
+def _dotted(node: ast.AST) -> str:
+    """`a.b.c` for an attribute chain (calls in it kept as their callee), else ''."""
+    parts = []
+    while isinstance(node, ast.Attribute | ast.Call):
+        if isinstance(node, ast.Call):
+            node = node.func
+            continue
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def _observer_tampering(tree: ast.Module, aliases: dict[str, str]) -> list[StaticFinding]:
+    """A class, not a spelling: any name under torch that names the dispatcher, a mode stack or the
+    profiler (attribute chains, imports, `from torch... import`); any lookup under torch by a computed
+    name; any string that names such a part; the interpreter's tracing, profiling and audit hooks."""
+    found = []
+
+    def hit(node: ast.AST, what: str) -> None:
+        found.append(StaticFinding("observer_tampering", f"line {getattr(node, 'lineno', '?')} {what}"))
+
+    inner = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}  # report whole chains only
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and id(node) not in inner:
+            root = _resolved_root(node, aliases)
+            chain = _dotted(node)
+            # torch._C as a value (bound to a name, passed on) is a handle a computed lookup can use later
+            torch_part = root == "torch" and (_OBSERVER_TEXT.search(chain) or node.attr == "_C")
+            hook = root in ("sys", "threading", "_thread") and bool(_INTERPRETER_HOOKS & set(chain.split(".")))
+            if torch_part or hook:
+                hit(node, f"touches {chain}")
+        for full in _imported_modules(node):
+            if full.split(".")[0] == "torch" and _OBSERVER_TEXT.search(full):
+                hit(node, f"imports {full}")
+            if full.split(".")[0] in ("sys", "threading") and full.rsplit(".", 1)[-1] in _INTERPRETER_HOOKS:
+                hit(node, f"imports {full}")
+        named = isinstance(node, ast.Constant) and isinstance(node.value, str) and _NAME_LIKE.fullmatch(node.value)
+        if named and (_OBSERVER_STRING.search(node.value) or node.value in _INTERPRETER_HOOKS):
+            hit(node, f"names {node.value!r}")
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "vars")
+                and node.args and _resolved_root(node.args[0], aliases) == "torch"):
+            name = node.args[1] if len(node.args) > 1 else None
+            if node.func.id == "vars" or not isinstance(name, ast.Constant):
+                hit(node, f"looks inside {ast.unparse(node.args[0])} by a computed name")
     return _dedupe(found)
 
 
