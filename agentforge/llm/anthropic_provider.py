@@ -35,6 +35,7 @@ class AnthropicProvider:
             api_key=settings.api_key, base_url=settings.base_url, timeout=settings.timeout_s, max_retries=0,
         )
         self.policy = RetryPolicy(max_retries=settings.max_retries)
+        self.on_retry: Callable[[str], None] | None = None  # hears each retry's one-line reason
 
     def model_for(self, role: str) -> str:
         if role == "judge" and self.settings.judge_model:
@@ -58,7 +59,7 @@ class AnthropicProvider:
         # protocol and ignored.
         response, retries = call_with_retries(
             lambda: self.client.messages.create(**kwargs), self._classify, self.policy, self.sleep,
-            what=f"anthropic {model}",
+            what=f"anthropic {model}", on_retry=self.on_retry,
         )
         text = "".join(block.text for block in response.content if getattr(block, "type", "") == "text")
         tokens_in = int(response.usage.input_tokens or 0)

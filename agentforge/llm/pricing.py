@@ -1,7 +1,9 @@
 """What a call costs: a price table per model, in USD per million tokens.
 
 The built-in table covers the common hosted models; a user overrides or extends it with a TOML
-file named in settings (`provider.price_table`):
+file named in settings (`provider.price_table`). A server named by `provider.base_url` (vLLM,
+Ollama, llama.cpp on one's own machine) is billed from that file alone, never from the built-in
+hosted prices, so a local model costs nothing unless its prices are configured:
 
     [models."gpt-4.1"]
     input = 2.0      # USD per million input tokens
@@ -75,9 +77,10 @@ class PriceTableError(ValueError):
     """A price-table file that cannot be read; the message names the file and the entry."""
 
 
-def load_price_table(path: str | Path | None = None) -> PriceTable:
-    """The built-in prices, overridden entry by entry by the TOML file at `path` if given."""
-    table = PriceTable()
+def load_price_table(path: str | Path | None = None, builtin: bool = True) -> PriceTable:
+    """The built-in prices (none when `builtin` is False), overridden entry by entry by the TOML
+    file at `path` if given."""
+    table = PriceTable() if builtin else PriceTable({})
     if path is None:
         return table
     file = Path(path).expanduser()

@@ -29,7 +29,8 @@ def make_provider(
         if task_name is None or backend is None:
             raise ValueError("the library provider needs task_name and backend")
         return LibraryProvider(task_name, backend, gpu=gpu, root=kernels_root)
-    prices = prices or load_price_table(settings.price_table)
+    # A server by base URL is one's own (or a gateway with its own prices): hosted prices do not apply.
+    prices = prices or load_price_table(settings.price_table, builtin=not settings.base_url)
     if name == "openai":
         from agentforge.llm.openai_provider import OpenAIProvider
 

@@ -43,9 +43,11 @@ def call_with_retries(
     policy: RetryPolicy,
     sleep: Callable[[float], None] = time.sleep,
     what: str = "LLM call",
+    on_retry: Callable[[str], None] | None = None,
 ) -> tuple[T, int]:
     """Run `call`, retrying what `classify` marks retryable; returns (result, retries used).
-    Raises ProviderError when the failure is not retryable or the retries ran out."""
+    Raises ProviderError when the failure is not retryable or the retries ran out. `on_retry`
+    hears one line before each wait, so that a person sees why nothing is happening."""
     attempt = 0
     while True:
         try:
@@ -58,7 +60,10 @@ def call_with_retries(
                 raise ProviderError(
                     f"{what} failed after {attempt} retries ({verdict.reason}): {exc}"
                 ) from exc
-            sleep(policy.delay(attempt, verdict.after_s))
+            wait = policy.delay(attempt, verdict.after_s)
+            if on_retry is not None:
+                on_retry(f"{what}: {verdict.reason}; retry {attempt + 1} of {policy.max_retries} in {wait:.0f} s")
+            sleep(wait)
             attempt += 1
 
 

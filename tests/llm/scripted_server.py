@@ -3,6 +3,8 @@
 
 A script is a function `(api, body) -> Reply` (or a list of replies served in order). Every
 request is logged (api, model, messages, status served) so tests can assert what was asked.
+`GET /v1/models` lists `models` (what a local server says it serves, with any context-window
+field a test gives it) and `GET /props` answers `props` (llama.cpp's server settings) when given.
 """
 
 from __future__ import annotations
@@ -62,9 +64,16 @@ def from_list(replies: Iterable[Reply]) -> Script:
     return script
 
 
+DEFAULT_MODELS = ({"id": "scripted-model", "object": "model", "owned_by": "tests"},)
+
+
 class ScriptedServer:
-    def __init__(self, script: Script | Iterable[Reply]):
+    def __init__(self, script: Script | Iterable[Reply], models: Iterable[dict[str, Any]] = DEFAULT_MODELS,
+                 props: dict[str, Any] | None = None):
         self.script: Script = script if callable(script) else from_list(script)
+        self.models = [dict(m) for m in models]
+        self.props = props
+        self.max_tokens_asked: list[int | None] = []
         self.log: list[LoggedRequest] = []
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
@@ -88,6 +97,8 @@ class ScriptedServer:
         self._httpd.server_close()
 
     def _serve(self, api: str, body: dict[str, Any]) -> tuple[int, dict[str, str], dict[str, Any]]:
+        with self._lock:
+            self.max_tokens_asked.append(body.get("max_tokens", body.get("max_completion_tokens")))
         reply = self.script(api, body)
         if reply.delay_s:
             time.sleep(reply.delay_s)
@@ -121,6 +132,22 @@ class ScriptedServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path.endswith("/v1/models"):
+                    self._send(200, {"object": "list", "data": server.models})
+                elif self.path.endswith("/props") and server.props is not None:
+                    self._send(200, server.props)
+                else:
+                    self.send_error(404)
+
+            def _send(self, status: int, payload: dict[str, Any]) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
