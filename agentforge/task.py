@@ -39,6 +39,9 @@ from typing import Any
 import torch
 
 DEFAULT_SHAPE = "default"
+# The variant the CPU backend checks and times when no shape is asked for: the default shapes are
+# GPU-sized (seconds per call on one core), `small` ones take less time than the harness itself.
+CPU_SHAPE = "cpu"
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -313,6 +316,16 @@ class Task:
 
     def __repr__(self) -> str:
         return f"Task({self.name!r})"
+
+
+def backend_default_shapes(shape_names: Sequence[str] | None, backend: str) -> tuple[str, ...]:
+    """The shape variants a job checks when none is asked for, the first one timed: on the CPU
+    backend a task's `cpu` variant, then its `small` one (edge sizes, cheaply); elsewhere, or for a
+    task without a `cpu` variant, () (every variant, as before)."""
+    names = tuple(shape_names or ())
+    if backend != "cpu" or CPU_SHAPE not in names:
+        return ()
+    return (CPU_SHAPE, *(s for s in ("small",) if s in names))
 
 
 # ----- what a task file says without running it -------------------------------------------------

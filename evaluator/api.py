@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from agentforge.evaluator.result import CorrectnessConfig, EvalJob, EvalResult, Measure, TimingConfig
 
 from agentforge.candidate import Candidate
-from agentforge.task import Task
+from agentforge.task import DEFAULT_SHAPE, Task, TaskText, backend_default_shapes
 
 if TYPE_CHECKING:
     from agentforge.sandbox.config import SandboxConfig
@@ -29,13 +29,17 @@ def default_device(backend: str) -> str:
 
 
 def make_job(
-    task: Task, candidate: Candidate, *, device: str | None = None, track: str = "hardened",
+    task: Task | TaskText, candidate: Candidate, *, device: str | None = None, track: str = "hardened",
     shapes: Sequence[str] = (), measure: Measure | None = None, timing: TimingConfig | None = None,
     correctness: CorrectnessConfig | None = None, cuda_arch: str = "sm_90a", compile_only: bool = False,
     cache_dir: str | None = None, timing_shape: str = "default",
 ) -> EvalJob:
     if track not in ("hardened", "kernelbench"):
         raise ValueError(f"unknown track {track!r}; choose hardened or kernelbench")
+    if not shapes and track == "hardened":
+        shapes = backend_default_shapes(_shape_names(task), candidate.backend)
+        if shapes and timing_shape == DEFAULT_SHAPE:
+            timing_shape = shapes[0]
     return EvalJob(
         task_name=task.name, task_source=task.source, candidate_source=candidate.source,
         backend=candidate.backend, device=device or default_device(candidate.backend), track=track,
@@ -44,6 +48,10 @@ def make_job(
         compile_only=compile_only, cache_dir=cache_dir,
         candidate_meta={"provenance": vars(candidate.provenance).copy()},
     )
+
+
+def _shape_names(task: Task | TaskText) -> tuple[str, ...] | None:
+    return tuple(task.shapes) if isinstance(task, Task) else task.shape_names
 
 
 def evaluate(job: EvalJob, sandbox: SandboxConfig | None = None) -> EvalResult:

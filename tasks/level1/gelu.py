@@ -12,6 +12,7 @@ COLS = 16384
 
 SHAPES = {
     "small": {"ROWS": 5, "COLS": 31},
+    "cpu": {"ROWS": 2048, "COLS": 2048},  # the CPU backend's default: eager takes a few ms on one core
     "odd": {"ROWS": 3001, "COLS": 7777},
     "flat": {"ROWS": 1, "COLS": 268435456},
 }

@@ -11,6 +11,7 @@ DIM = 1024
 
 SHAPES = {
     "small": {"ROWS": 6, "DIM": 40},
+    "cpu": {"ROWS": 8192, "DIM": 1024},  # the CPU backend's default: eager takes a few ms on one core
     "odd": {"ROWS": 100003, "DIM": 769},
     "wide": {"ROWS": 4096, "DIM": 65536},
 }

@@ -13,6 +13,7 @@ EPS = 1e-5
 
 SHAPES = {
     "small": {"TOKENS": 16, "HIDDEN": 64},
+    "cpu": {"TOKENS": 2048, "HIDDEN": 2048},  # the CPU backend's default: eager takes a few ms on one core
     "odd": {"TOKENS": 2999, "HIDDEN": 1000},
     "wide": {"TOKENS": 4096, "HIDDEN": 12288},
 }

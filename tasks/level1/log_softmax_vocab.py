@@ -11,6 +11,7 @@ VOCAB = 128256
 
 SHAPES = {
     "small": {"TOKENS": 4, "VOCAB": 100},
+    "cpu": {"TOKENS": 32, "VOCAB": 128256},  # the CPU backend's default: eager takes a few ms on one core
     "odd": {"TOKENS": 333, "VOCAB": 151936},
     "decode": {"TOKENS": 64, "VOCAB": 128256},
 }

@@ -11,6 +11,7 @@ COLS = 16384
 
 SHAPES = {
     "small": {"ROWS": 4, "COLS": 33},
+    "cpu": {"ROWS": 2048, "COLS": 2048},  # the CPU backend's default: eager takes a few ms on one core
     "odd": {"ROWS": 4097, "COLS": 9999},
     "flat": {"ROWS": 1, "COLS": 268435456},
 }

@@ -12,6 +12,7 @@ COLS = 16384
 
 SHAPES = {
     "small": {"ROWS": 5, "COLS": 64},
+    "cpu": {"ROWS": 4096, "COLS": 2048},  # the CPU backend's default: eager takes a few ms on one core
     "odd": {"ROWS": 3001, "COLS": 9999},
     "tall": {"ROWS": 1048576, "COLS": 128},
 }

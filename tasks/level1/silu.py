@@ -12,6 +12,7 @@ COLS = 16384
 
 SHAPES = {
     "small": {"ROWS": 3, "COLS": 50},
+    "cpu": {"ROWS": 2048, "COLS": 2048},  # the CPU backend's default: eager takes a few ms on one core
     "odd": {"ROWS": 5001, "COLS": 4999},
     "flat": {"ROWS": 1, "COLS": 268435456},
 }

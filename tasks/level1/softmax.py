@@ -11,6 +11,7 @@ COLS = 32768
 
 SHAPES = {
     "small": {"ROWS": 8, "COLS": 48},
+    "cpu": {"ROWS": 1024, "COLS": 4096},  # the CPU backend's default: eager takes a few ms on one core
     "odd": {"ROWS": 1001, "COLS": 30001},
     "short_rows": {"ROWS": 262144, "COLS": 512},
 }

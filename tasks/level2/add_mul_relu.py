@@ -12,6 +12,7 @@ COLS = 8192
 
 SHAPES = {
     "small": {"ROWS": 5, "COLS": 12},
+    "cpu": {"ROWS": 1024, "COLS": 2048},  # the CPU backend's default: eager takes a few ms on one core
     "odd": {"ROWS": 3001, "COLS": 4999},
     "flat": {"ROWS": 64, "COLS": 1048576},
 }

@@ -69,7 +69,7 @@ def test_the_probe_entry_sizes_every_shape_and_reports_a_task_that_does_not_load
     result = probe_entry(EvalJob(task_name="level1/relu", task_source=source, candidate_source=""))
     assert result.status == Status.OK
     probe = result.candidate_meta["task_probe"]
-    assert list(probe["shapes"]) == ["default", "small", "odd", "flat"] and probe["dtype"] == "float32"
+    assert list(probe["shapes"]) == ["default", "small", "cpu", "odd", "flat"] and probe["dtype"] == "float32"
     assert probe["memory"]["kind"] == "cpu" and probe["memory"]["total_bytes"] > 0
     broken = probe_entry(EvalJob(task_name="level1/x", task_source="raise ValueError('no')\n", candidate_source=""))
     assert broken.status == Status.TASK_ERROR and broken.error.type == "TaskLoadError"
