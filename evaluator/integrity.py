@@ -61,6 +61,16 @@ _PROCESS_CALLS = {"fork", "forkpty", "system", "popen", "posix_spawn", "posix_sp
                   "execlp", "execvp", "execvpe", "register_at_fork"}
 _DYNAMIC_IMPORT_CALLS = {"__import__", "import_module", "find_spec", "module_from_spec", "exec_module", "load_module"}
 _LIBRARY_MODULES = {"numpy", "scipy", "jax", "jaxlib", "tensorflow", "sklearn", "cupyx", "mkl", "onnxruntime"}
+# Foreign-function doors whose library opens and symbol lookups raise no audit event: what they call
+# is seen by nothing at run time.
+_UNAUDITED_FFI = {"cffi", "_cffi_backend"}
+# ctypes' handles on the interpreter's own C API: native calls that can rewrite the harness.
+_INTERPRETER_API = {"pythonapi", "PyDLL", "pydll"}
+# In C/C++ sources: run-time library opens and symbol lookups (a door to any library's routines
+# under a name the source never spells), and calls into the interpreter's C API.
+_NATIVE_LOOKUP_TEXT = re.compile(r"\b(dlopen|dlsym|dlvsym|dlmopen|dl_iterate_phdr|RTLD_[A-Z]+)\b")
+_C_API_TEXT = re.compile(r"\b_?Py[A-Z][A-Za-z]*_[A-Za-z]\w*\s*\(")
+_C_API_SYMBOL = re.compile(r"^_?Py[A-Z]")
 # In string constants (C/C++/CUDA sources, flag lists): library calls and fast-math switches.
 _LIBRARY_TEXT = re.compile(r"\b(cblas_\w+|cublas\w*|cublasLt\w*|cudnn\w*|openblas|mkl_\w+|dnnl\w*|oneDNN|libblas|"
                            r"liblapack)", re.IGNORECASE)
@@ -207,6 +217,9 @@ def _imports(tree: ast.Module) -> list[StaticFinding]:
                 found.append(StaticFinding("background_work", f"line {node.lineno} imports {name}"))
             if name in _LIBRARY_MODULES:
                 found.append(StaticFinding("library_fallback", f"line {node.lineno} imports {name}"))
+            if name in _UNAUDITED_FFI:
+                found.append(StaticFinding("library_fallback", f"line {node.lineno} imports {name}, a foreign-function "
+                                                               "door whose opens and lookups nothing sees at run time"))
         for full in _imported_modules(node):
             if full.split(".")[0] == "agentforge" and not full.startswith(_ALLOWED_AGENTFORGE):
                 found.append(StaticFinding("forbidden_introspection",
@@ -278,7 +291,8 @@ def _dotted(node: ast.AST) -> str:
 def _observer_tampering(tree: ast.Module, aliases: dict[str, str]) -> list[StaticFinding]:
     """A class, not a spelling: any name under torch that names the dispatcher, a mode stack or the
     profiler (attribute chains, imports, `from torch... import`); any lookup under torch by a computed
-    name; any string that names such a part; the interpreter's tracing, profiling and audit hooks."""
+    name; any string that names such a part; the interpreter's tracing, profiling and audit hooks, and
+    its C API through ctypes (`pythonapi`, `PyDLL`)."""
     found = []
 
     def hit(node: ast.AST, what: str) -> None:
@@ -292,12 +306,15 @@ def _observer_tampering(tree: ast.Module, aliases: dict[str, str]) -> list[Stati
             # torch._C as a value (bound to a name, passed on) is a handle a computed lookup can use later
             torch_part = root == "torch" and (_OBSERVER_TEXT.search(chain) or node.attr == "_C")
             hook = root in ("sys", "threading", "_thread") and bool(_INTERPRETER_HOOKS & set(chain.split(".")))
-            if torch_part or hook:
+            api = root == "ctypes" and bool(_INTERPRETER_API & set(chain.split(".")))
+            if torch_part or hook or api:
                 hit(node, f"touches {chain}")
         for full in _imported_modules(node):
             if full.split(".")[0] == "torch" and _OBSERVER_TEXT.search(full):
                 hit(node, f"imports {full}")
-            if full.split(".")[0] in ("sys", "threading") and full.rsplit(".", 1)[-1] in _INTERPRETER_HOOKS:
+            last = full.rsplit(".", 1)[-1]
+            if ((full.split(".")[0] in ("sys", "threading") and last in _INTERPRETER_HOOKS)
+                    or (full.split(".")[0] == "ctypes" and last in _INTERPRETER_API)):
                 hit(node, f"imports {full}")
         named = isinstance(node, ast.Constant) and isinstance(node.value, str) and _NAME_LIKE.fullmatch(node.value)
         if named and (_OBSERVER_STRING.search(node.value) or node.value in _INTERPRETER_HOOKS):
@@ -325,7 +342,20 @@ def _strings(tree: ast.Module) -> list[StaticFinding]:
         fast = _FAST_MATH_TEXT.search(_FAST_MATH_MACRO.sub("", text))
         if fast:
             found.append(StaticFinding("fast_math", f"line {node.lineno}: a string sets {fast.group(0)!r}"))
+        found += [StaticFinding(rule, f"line {node.lineno}: {what}") for rule, what in _native_doors(text)]
     return _dedupe(found)
+
+
+def _native_doors(text: str) -> list[tuple[str, str]]:
+    """(rule, what) for run-time symbol lookups and interpreter C-API calls in a C/C++ source."""
+    doors = []
+    lookup = _NATIVE_LOOKUP_TEXT.search(text)
+    if lookup:
+        doors.append(("library_fallback", f"the source resolves libraries or symbols at run time ({lookup.group(1)})"))
+    api = _C_API_TEXT.search(text)
+    if api:
+        doors.append(("observer_tampering", f"the source calls the interpreter's C API ({api.group(0).rstrip('( ')})"))
+    return doors
 
 
 def _patching(tree: ast.Module, aliases: dict[str, str] | None = None) -> list[StaticFinding]:
@@ -372,6 +402,8 @@ def native_findings(opened: Iterable[str], symbols: Iterable[tuple[str, str]], n
     for library, name in symbols:
         if _NATIVE_SYMBOL.search(name) and not (own and library.startswith(own)):  # its own build may say sgemm
             found.append(StaticFinding("library_fallback", f"resolved the symbol {name} through ctypes"))
+        if _C_API_SYMBOL.match(name):
+            found.append(StaticFinding("observer_tampering", f"resolved the interpreter's C API {name} through ctypes"))
     for library, deps in needed.items():
         bad = [d for d in deps if _LINKED_LIBRARY.search(d)]
         if bad:
@@ -394,6 +426,8 @@ def build_findings(events: Iterable[Any]) -> list[StaticFinding]:
             library = _LIBRARY_TEXT.search(text)
             if library:
                 found.append(StaticFinding("library_fallback", f"build {event.name}: {what} name {library.group(0)}"))
+            if what != "flags":
+                found += [StaticFinding(rule, f"build {event.name}: {door}") for rule, door in _native_doors(text)]
     return _dedupe(found)
 
 
