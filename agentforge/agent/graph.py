@@ -2,7 +2,7 @@
 
     setup -> coder -> static_check -> evaluate -> profile -> keep_best -> budget -> judge -> coder ...
                  \\ no code ----------------------------/        /   \\ (verdict written without
-                              \\ static error --------/       stop    the judge) -> coder
+                              \\ static error, repeat -/       stop    the judge) -> coder
                                                               \\-> finish (optional review)
 
 `build_graph(checkpointer, provider, ...)` takes everything from outside, so tests pass fakes.
@@ -71,7 +71,9 @@ def _after_coder(state: RunState) -> str:
 
 
 def _after_static(state: RunState) -> str:
-    return "keep_best" if (state.get("pending") or {}).get("static_error") else "evaluate"
+    pending = state.get("pending") or {}
+    skip = pending.get("static_error") or pending.get("duplicate_of") is not None
+    return "keep_best" if skip else "evaluate"
 
 
 def _after_budget(state: RunState) -> str:

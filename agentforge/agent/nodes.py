@@ -51,6 +51,8 @@ class Deps:
     review: bool = False
     finish: Callable[[RunState], None] | None = None  # writes the best kernel, report and plot
     history_window: int = 6
+    shape_note: str = "the task's default shape is checked and timed"  # which shapes, for the prompts
+    notify: Callable[[str], None] | None = None  # hears what is in flight now (a model call, an evaluation)
 
 
 # ----- coder ------------------------------------------------------------------------------------
@@ -72,6 +74,7 @@ def coder(state: RunState, deps: Deps) -> dict[str, Any]:
     messages = [Message("system", system), Message("user", user)]
     prompt_ref = deps.store.put_json({"role": "coder", "round": rnd, "mode": mode,
                                       "messages": [vars(m) for m in messages]})
+    _notify(deps, f"waiting for the model (coder, round {rnd})")
     try:
         completion = deps.provider.complete(messages, role="coder")
     except ProviderError as exc:
@@ -101,7 +104,7 @@ def _coder_vars(state: RunState, deps: Deps, rnd: int) -> dict[str, Any]:
     base = state.get("base")
     verdict = _verdict(state, deps)
     common = {"round": rnd, "task_name": deps.task.name, "reference": deps.task.source.strip(),
-              "device_spec": deps.device_spec, "history": _history(state, deps)}
+              "device_spec": deps.device_spec, "history": _history(state, deps), "shapes": deps.shape_note}
     if state["mode"] == "initial":
         return {**common, "notes": verdict.render() if verdict else "none"}
     assert base is not None
@@ -121,29 +124,46 @@ _BACKEND_MARKERS = {
 
 
 def static_check(state: RunState, deps: Deps) -> dict[str, Any]:
-    """Cheap checks before the sandbox: it parses, defines ModelNew, and builds a kernel."""
+    """Cheap checks before the sandbox: the code is new, it parses, defines ModelNew, and builds a
+    kernel. A failed check comes with the fix for what is actually missing."""
     pending = dict(state["pending"] or {})
-    source = _source(deps, pending["kernel"])
-    error = None
+    kernel = pending["kernel"]
+    earlier = [r for r in state.get("history") or [] if r.get("code_hash") == kernel["code_hash"]]
+    if earlier:  # the same code again: its verdict is known, so it is not evaluated twice
+        pending["duplicate_of"] = earlier[-1]["round"]
+        return {"pending": pending}
+    error, fix = check_source(_source(deps, kernel), deps.backend)
+    pending["static_error"], pending["static_fix"] = error, fix
+    return {"pending": pending}
+
+
+def check_source(source: str, backend: str) -> tuple[str | None, str | None]:
+    """(what is wrong, the smallest fix) for a candidate module, or (None, None) when it parses,
+    defines `ModelNew` and builds a kernel of the backend."""
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
-        error = f"the module does not parse: line {exc.lineno}: {exc.msg}"
-    else:
-        classes = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
-        if "ModelNew" not in classes:
-            error = "the module defines no `class ModelNew`"
-        elif not any(m in source for m in _BACKEND_MARKERS[deps.backend]):
-            error = (f"no {deps.backend} kernel is built (expected one of: "
-                     f"{', '.join(_BACKEND_MARKERS[deps.backend])})")
-    pending["static_error"] = error
-    return {"pending": pending}
+        return (f"the module does not parse: line {exc.lineno}: {exc.msg}",
+                f"fix the syntax at line {exc.lineno} and answer with the whole module")
+    classes = sorted({n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)})
+    markers = _BACKEND_MARKERS[backend]
+    if "ModelNew" not in classes:
+        found = f"it defines {', '.join(f'`{c}`' for c in classes)}" if classes else "it defines no class"
+        return (f"the module defines no `class ModelNew` ({found})",
+                "name the module that computes the result `class ModelNew(torch.nn.Module)`, with the "
+                "reference Model's constructor arguments")
+    if not any(m in source for m in markers):
+        return (f"`ModelNew` is defined, but the module builds no {backend} kernel (none of: {', '.join(markers)})",
+                f"write the computation as a {backend} kernel, build it with {markers[0]} as the backend notes "
+                "show, and call it from `ModelNew.forward`; calling PyTorch operations is not a kernel")
+    return None, None
 
 
 def evaluate(state: RunState, deps: Deps) -> dict[str, Any]:
     pending = dict(state["pending"] or {})
     kernel = dict(pending["kernel"])
     candidate = Candidate.from_dict(deps.store.get_json(kernel["candidate_ref"]))
+    _notify(deps, f"evaluating round {pending.get('round')} in the sandbox")
     result = deps.evaluate(deps.task, candidate)
     kernel.update(_figures(result), result_ref=deps.store.put_text(result.to_json(indent=1), "json"))
     pending["kernel"] = kernel
@@ -178,9 +198,16 @@ def select(state: RunState, deps: Deps) -> dict[str, Any]:
     limits = deps.limits
     best, base = state.get("best"), state.get("base")
     failed, flat = state.get("failed_repairs", 0), state.get("flat_rounds", 0) + 1
+    # A failure in the initial round is not a failed repair: nothing was being repaired yet.
+    counts = 1 if pending.get("mode", state["mode"]) != "initial" else 0
     update: dict[str, Any] = {"needs_judge": True}
     kernel: KernelRef | None = pending.get("kernel")
-    if pending.get("no_code") or pending.get("static_error") or kernel is None:
+    if kernel is not None and pending.get("duplicate_of") is not None:
+        # Same base, same verdict, one more try; the history tells the coder it repeated itself.
+        mode, failed, status = state["mode"], failed + (1 if state["mode"] == "repair" else 0), "duplicate"
+        outcome = f"identical to round {pending['duplicate_of']}'s code: not evaluated again"
+        update["needs_judge"] = False
+    elif pending.get("no_code") or pending.get("static_error") or kernel is None:
         issue = pending.get("no_code") or pending.get("static_error") or "no candidate"
         status = "no_code" if pending.get("no_code") else "static_error"
         if status == "static_error" and kernel is not None:
@@ -188,10 +215,11 @@ def select(state: RunState, deps: Deps) -> dict[str, Any]:
         verdict = RepairVerdict(
             critical_issue=f"{'the reply' if status == 'no_code' else 'the module'}: {issue}",
             why_it_matters="nothing can be evaluated until the reply is one complete, valid module",
-            smallest_fix="answer with one complete module defining `class ModelNew` in one ```python block",
+            smallest_fix=pending.get("static_fix") or (
+                "answer with one complete module defining `class ModelNew` in one ```python block"),
         )
         update.update(needs_judge=False, verdict_ref=deps.store.put_json(verdict_to_dict(verdict)))
-        mode, failed, outcome = ("repair" if base else "initial"), failed + 1, "asked again"
+        mode, failed, outcome = ("repair" if base else "initial"), failed + counts, "asked again"
     elif kernel.get("status") == Status.TASK_ERROR.value:
         # Not the candidate's fault: no repair, no judge; the stop reason set at evaluation ends the run.
         mode, status, outcome = state["mode"], kernel["status"], "the task failed before the candidate ran: stopped"
@@ -209,7 +237,7 @@ def select(state: RunState, deps: Deps) -> dict[str, Any]:
             base, outcome = kernel, "kept as base"
         status = kernel["status"]
     else:
-        base, mode, failed, status = kernel, "repair", failed + 1, kernel["status"]
+        base, mode, failed, status = kernel, "repair", failed + counts, kernel["status"]
         outcome = "failed"
     if mode == "repair" and failed >= limits.max_failed_repairs:
         if best is not None:
@@ -254,13 +282,14 @@ def judge(state: RunState, deps: Deps) -> dict[str, Any]:
     user = prompts.render(
         f"judge_{mode}", round=state["round"], task_name=deps.task.name,
         reference=deps.task.source.strip(), base_hash=base["code_hash"], base_source=_source(deps, base),
-        result=result_text, device_spec=deps.device_spec, history=_history(state, deps),
+        result=result_text, device_spec=deps.device_spec, history=_history(state, deps), shapes=deps.shape_note,
     )
     messages = [Message("system", prompts.render("judge_system")), Message("user", user)]
     refs: dict[str, str | None] = {"prompt_ref": deps.store.put_json(
         {"role": "judge", "round": state["round"], "mode": mode, "messages": [vars(m) for m in messages]}),
         "reply_ref": None}
     usage: dict[str, Any] = {}
+    _notify(deps, f"waiting for the model (judge, round {state['round']})")
     try:
         completion = deps.provider.complete(messages, role="judge")
     except ProviderError as exc:
@@ -386,5 +415,16 @@ def _history(state: RunState, deps: Deps) -> str:
         tried = f" after '{r['verdict']}'" if r.get("verdict") else ""
         lines.append(f"- round {r['round']} ({r['mode']}{tried}): code {r.get('code_hash') or '-'} "
                      f"{r['status']}{speed}; {r['outcome']}")
-    hashes = " ".join(r["code_hash"] for r in records if r.get("code_hash"))
-    return "\n".join(lines) + f"\nAll kernels tried (code hashes): {hashes or 'none'}"
+    hashes = " ".join(dict.fromkeys(r["code_hash"] for r in records if r.get("code_hash")))
+    text = "\n".join(lines) + f"\nAll kernels tried (code hashes): {hashes or 'none'}"
+    last = records[-1]
+    if last.get("status") == "duplicate":
+        text += (f"\nYour last reply (round {last['round']}) resubmitted code {last['code_hash']} unchanged, "
+                 "which was already evaluated (see above). Write a changed kernel; the same code again "
+                 "is not evaluated and counts as a wasted round.")
+    return text
+
+
+def _notify(deps: Deps, what: str) -> None:
+    if deps.notify is not None:
+        deps.notify(what)

@@ -69,6 +69,7 @@ def optimize(
     provider: Provider | None = None, evaluate: Evaluate | None = None, kernels_root: Path | None = None,
     baselines: Sequence[str] = ("eager", "compile"), timing: TimingConfig | None = None,
     limits: dict[str, Any] | None = None, shapes: Sequence[str] = (),
+    on_activity: Callable[[str], None] | None = None,
 ) -> RunSummary:
     """Run (or with `resume`, continue) the coder/judge loop on a task until a budget stops it.
 
@@ -77,6 +78,8 @@ def optimize(
     the shape variants checked (default: all); the first one is the one timed.
     `approve` answers the review question when `review` is on (None: the run pauses and a later
     `resume` asks again). `provider` and `evaluate` replace the configured ones (tests, notebooks).
+    `on_progress` hears each finished step; `on_activity` hears, in one line, what starts now (a
+    model call, an evaluation) and each retry of a model call.
     """
     from langgraph.checkpoint.sqlite import SqliteSaver
     from langgraph.types import Command
@@ -111,6 +114,8 @@ def optimize(
 
         provider = make_provider(settings.provider, task_name=task.name, backend=backend,
                                  gpu=_gpu_slug(device), kernels_root=kernels_root)
+    if on_activity is not None and hasattr(provider, "on_retry") and provider.on_retry is None:
+        provider.on_retry = on_activity
     if not resume:
         run_id = run_id or _new_run_id(task.name)
         run_dir = runs_dir / run_id
@@ -138,6 +143,7 @@ def optimize(
             evaluate=evaluate or _sandboxed_evaluate(settings, device, tuple(baselines), timing, tuple(shapes)),
             limits=settings.agent, device_spec=meta["device_spec"],
             planned_rounds=getattr(provider, "planned_rounds", None), review=review,
+            shape_note=describe_shapes(task, backend, tuple(shapes), settings.eval.track), notify=on_activity,
             finish=lambda state: write_outputs(run_dir, state, store, meta),
         )
         config = {"configurable": {"thread_id": run_id}}
@@ -239,6 +245,25 @@ def _sandboxed_evaluate(settings: Settings, device: str, baselines: tuple[str, .
         return evaluate(job, sandbox)
 
     return run
+
+
+def describe_shapes(task: TaskText, backend: str, shapes: tuple[str, ...], track: str) -> str:
+    """Which shape variants every candidate is checked on and which one is timed, for the
+    prompts; the same choice `evaluator.api.make_job` makes."""
+    from agentforge.task import backend_default_shapes
+
+    names = task.shape_names
+    preferred = backend_default_shapes(names, backend) if track == "hardened" else ()
+    if shapes or preferred:
+        checked = shapes or preferred
+        timed = checked[0]
+    else:
+        checked = ("default",) if track == "kernelbench" else names or ()
+        timed = "default"
+    listed = ", ".join(f"'{s}'" for s in checked) if checked else "every variant its SHAPES declares"
+    return (f"Correctness is checked on the shape variants {listed}; only '{timed}' is timed, so tune for "
+            f"it and keep the others correct. 'default' is the reference's module-level sizes (what "
+            f"get_inputs() uses); the other variants' sizes are in its SHAPES.")
 
 
 def _read_task(ref: str | None, settings: Settings) -> TaskText:

@@ -34,6 +34,8 @@ class Pending(TypedDict, total=False):
     model: str
     no_code: str | None  # why no candidate could be extracted
     static_error: str | None
+    static_fix: str | None  # the smallest fix for what the static check found missing
+    duplicate_of: int | None  # the earlier round whose code this reply repeated unchanged
     kernel: KernelRef
     profile_ref: str | None
 
@@ -44,7 +46,7 @@ class RoundRecord(TypedDict, total=False):
     round: int
     mode: str
     code_hash: str | None
-    status: str  # an EvalResult status, or no_code / static_error
+    status: str  # an EvalResult status, or no_code / static_error / duplicate
     speedup: float | None
     speedup_vs_compile: float | None
     candidate_us: float | None
