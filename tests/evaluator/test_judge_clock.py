@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from agentforge.evaluator.remote import WorkerClient
+from agentforge.evaluator.remote import Clock, WorkerClient
 from agentforge.evaluator.result import TimingConfig
 from agentforge.evaluator.stage_correctness import build_remote
-from agentforge.evaluator.stage_timing import measure
+from agentforge.evaluator.stage_timing import busy_threads, clock_disagreement, measure, thread_oversubscription
 
 from agentforge.task import Task
 
@@ -175,3 +175,69 @@ def test_timed_input_contents_never_repeat(tmp_path: Path) -> None:
     finally:
         client.close()
     assert outcome.record.candidate.n == 90
+
+
+def _clock(call_wall: float, null_wall: float, call_cpu: float, null_cpu: float, n: int = 12) -> Clock:
+    """A judge's clock as a timing loop leaves it: a null round trip before every second call, small
+    alternating noise on every reading."""
+    clock = Clock()
+    for i in range(n):
+        wobble = (-1) ** i * 3.0
+        if i % 2 == 0:
+            clock.null_wall_us.append(null_wall + wobble)
+            clock.null_cpu_us.append(null_cpu + wobble)
+        clock.wall_us.append(null_wall + call_wall - wobble)
+        clock.cpu_us.append(null_cpu + call_cpu - wobble)
+        clock.paired_null.append(len(clock.null_wall_us) - 1)
+    return clock
+
+
+@pytest.mark.parametrize(("claimed", "cpu", "flagged"), [
+    (1000.0, 950.0, False),   # honest: the CPU a call spends is at most its duration on one thread
+    (900.0, 1000.0, False),   # a tenth slower than its CPU: within the 1.5x bound
+    (600.0, 1000.0, True),    # a 1.7x lie
+    (100.0, 1000.0, True),    # a tenfold lie
+])
+def test_the_cpu_bound_on_one_thread(claimed: float, cpu: float, flagged: bool) -> None:
+    check = clock_disagreement([claimed] * 12, _clock(claimed, 500.0, cpu, 300.0), threads=1)
+    found = [ev for rule, ev in check.evidence if rule == "timing_disagreement" and "of CPU" in ev]
+    assert bool(found) == flagged, check
+
+
+def test_the_cpu_bound_scales_with_the_threads_allowed() -> None:
+    """Four threads allowed: 3000 us of CPU in a 1000 us call is honest; on one thread it is not."""
+    clock = _clock(1000.0, 500.0, 3000.0, 300.0)
+    assert not clock_disagreement([1000.0] * 12, clock, threads=4).evidence
+    assert clock_disagreement([1000.0] * 12, clock, threads=1).evidence
+
+
+def test_no_cpu_bound_on_a_gpu() -> None:
+    """threads=None (a CUDA worker: its work is not CPU time) leaves only the wall clock."""
+    check = clock_disagreement([100.0] * 12, _clock(100.0, 500.0, 5000.0, 300.0), threads=None)
+    assert not check.evidence and check.substitute_us is None
+
+
+@pytest.mark.parametrize(("claimed", "judged", "outcome"), [
+    (1000.0, 1100.0, "believed"),
+    (500.0, 1000.0, "substituted"),     # a 2x lie on the wall clock: the judge's estimate is used
+    (50.0, 1000.0, "flagged"),          # beyond the tenfold bound
+])
+def test_the_wall_clock_substitutes_or_flags(claimed: float, judged: float, outcome: str) -> None:
+    check = clock_disagreement([claimed] * 12, _clock(judged, 500.0, claimed, 300.0), threads=None)
+    if outcome == "flagged":
+        assert [rule for rule, _ in check.evidence] == ["timing_disagreement"], check
+    elif outcome == "substituted":
+        assert not check.evidence and check.substitute_us is not None
+        assert min(check.substitute_us) > 0.9 * judged, check.substitute_us
+    else:
+        assert not check.evidence and check.substitute_us is None, check
+
+
+def test_busy_threads_and_the_allowance() -> None:
+    before = {10: 1000.0, 11: 0.0, 12: 50.0, 13: 0.0}
+    after = {10: 40_000.0, 11: 0.0, 12: 1_450.0, 13: 90.0, 14: 1_600.0}  # 14 started during the loop
+    busy = busy_threads(before, after, main=10, calls_us=20 * 300.0)
+    assert set(busy) == {10, 12, 14}
+    assert thread_oversubscription(busy, threads=1) is not None
+    assert thread_oversubscription(busy, threads=2) is None  # 2T - 1 = 3 working threads allowed
+    assert thread_oversubscription({10: 40_000.0}, threads=1) is None
