@@ -84,7 +84,8 @@ def render_report(state: Mapping[str, Any], store: ArtifactStore, meta: Mapping[
 
 
 def write_plot(path: Path, history: list[Mapping[str, Any]]) -> Path | None:
-    """Speedup vs eager per round (failures marked at zero) and the best so far."""
+    """Speedup vs eager per round and the best so far; rounds with no accepted kernel are
+    marked along the bottom edge, not drawn as a speedup of 0 (they have none)."""
     if not history:
         return None
     import matplotlib
@@ -92,25 +93,32 @@ def write_plot(path: Path, history: list[Mapping[str, Any]]) -> Path | None:
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    draw_rounds(ax, history)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def draw_rounds(ax: Any, history: list[Mapping[str, Any]]) -> None:
+    """The plot's content on `ax`: measured speedups in data units; failed rounds as markers
+    whose height is a fixed share of the axes (x in rounds, y in axes units)."""
     rounds = [r["round"] for r in history]
     ok = [(r["round"], r["speedup"]) for r in history if r.get("speedup")]
     failed = [r["round"] for r in history if not r.get("speedup")]
     best = [r.get("best_speedup") or float("nan") for r in history]
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
     if ok:
         ax.plot(*zip(*ok, strict=True), "o", label="candidate")
     if failed:
-        ax.plot(failed, [0.0] * len(failed), "x", color="tab:red", label="not accepted")
+        ax.plot(failed, [0.04] * len(failed), "x", color="tab:red", clip_on=False,
+                transform=ax.get_xaxis_transform(), label="not accepted (no speedup)")
     ax.step(rounds, best, where="post", color="tab:green", label="best so far")
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.set_xlabel("round")
     ax.set_ylabel("speedup vs eager PyTorch")
     ax.set_xticks(rounds)
     ax.legend(loc="best")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
 
 
 def _demote(markdown: str) -> str:
