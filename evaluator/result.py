@@ -189,6 +189,11 @@ class TimingRecord:
     interleaved: bool = True
     rechecked_outputs: int = 0
     notes: tuple[str, ...] = ()  # e.g. a torch.compile mode that failed to build
+    # The harness's own floor: an empty candidate returning preallocated outputs, timed the same way
+    # in the same loop; and the subjects ("candidate", "eager", "compile-default", ...) whose median
+    # is within 20x of it, which measure the harness as much as their work.
+    floor: TimingStats | None = None
+    overhead_bound: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -312,12 +317,39 @@ class EvalResult:
     def speedup_vs_compile(self) -> float | None:
         return _ratio(self.compile_us, self.candidate_us) if self.accepted else None
 
+    @property
+    def floor_us(self) -> float | None:
+        """The harness floor's median (see TimingRecord.floor), None where it was not measured."""
+        return None if self.timing is None or self.timing.floor is None else self.timing.floor.median_us
+
+    def overhead_bound_pair(self, baseline: str = "eager") -> bool:
+        """True when the candidate or `baseline` ("compile" for the best torch.compile mode) is
+        within 20x of the harness floor: their ratio is no speedup to headline."""
+        if self.timing is None:
+            return False
+        bound = set(self.timing.overhead_bound)
+        if baseline == "compile":
+            modes = {k: s.median_us for k, s in self.timing.baselines.items() if k.startswith("compile")}
+            baseline = min(modes, key=modes.__getitem__) if modes else baseline
+        return "candidate" in bound or baseline in bound
+
+    @property
+    def headline_speedup(self) -> float | None:
+        """`speedup`, unless the pair is overhead-bound: what a report may headline."""
+        return None if self.overhead_bound_pair("eager") else self.speedup
+
+    @property
+    def headline_speedup_vs_compile(self) -> float | None:
+        return None if self.overhead_bound_pair("compile") else self.speedup_vs_compile
+
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data, with the derived verdict fields beside the records."""
         data = to_plain(self)
         data.update(
             accepted=self.accepted, speedup=self.speedup, speedup_vs_compile=self.speedup_vs_compile,
             candidate_us=self.candidate_us, eager_us=self.eager_us, compile_us=self.compile_us,
+            floor_us=self.floor_us, headline_speedup=self.headline_speedup,
+            headline_speedup_vs_compile=self.headline_speedup_vs_compile,
         )
         return data
 
@@ -331,7 +363,9 @@ class EvalResult:
     def summary(self) -> str:
         """One line for logs and progress views."""
         head = f"{self.task_name} [{self.backend}] {self.status.value} at {self.stage.value}"
-        if self.speedup is not None:
+        if self.speedup is not None and self.headline_speedup is None:
+            head += f", {self.speedup:.2f}x vs eager (overhead-bound: within 20x of the harness floor)"
+        elif self.speedup is not None:
             head += f", {self.speedup:.2f}x vs eager"
             if self.speedup_vs_compile is not None:
                 head += f", {self.speedup_vs_compile:.2f}x vs compile"
@@ -350,7 +384,8 @@ def _ratio(numerator: float | None, denominator: float | None) -> float | None:
 
 # ----- JSON codec ---------------------------------------------------------------------------
 # Derived fields written by EvalResult.to_dict; ignored when reading back.
-_DERIVED = {"accepted", "speedup", "speedup_vs_compile", "candidate_us", "eager_us", "compile_us"}
+_DERIVED = {"accepted", "speedup", "speedup_vs_compile", "candidate_us", "eager_us", "compile_us", "floor_us",
+            "headline_speedup", "headline_speedup_vs_compile"}
 
 
 def to_plain(value: Any) -> Any:

@@ -243,6 +243,7 @@ def measure(task: Task, shape: str, candidate: RemoteModel, reference: torch.nn.
             except Exception as exc:
                 notes.append(f"torch.compile mode={mode} failed: {type(exc).__name__}: {str(exc)[:200]}")
     after_compile = ConcurrencyWatch.start()
+    subjects.append(timing.floor_subject(task_precision(outputs_like, dtypes), device))
     threads_before = thread_cpu_us(candidate.client.pid)
     with op_observer.observing():  # the worker times the candidate under it: the same cost for every subject
         run = timing.run_interleaved(subjects, buffers, refill, device, config, recheck, seed=seed,
@@ -268,11 +269,17 @@ def measure(task: Task, shape: str, candidate: RemoteModel, reference: torch.nn.
         if gap:
             evidence.append(("unsynchronized_work", gap))
             cand.samples_us = cand.closed_us  # time it by what the device really did
+    summaries = {name: timing.summarise(s, config.statistic) for name, s in run.subjects.items()
+                 if name != timing.FLOOR}
+    floor = timing.summarise(run.subjects[timing.FLOOR], "median")
+    bound = timing.overhead_bound({k: v.median_us for k, v in summaries.items()}, floor.median_us)
+    if bound:
+        notes.append(f"overhead-bound (within {timing.OVERHEAD_BOUND_FACTOR:g}x of the harness floor, "
+                     f"{floor.median_us:.1f} us): {', '.join(bound)}; no speedup is claimed from such a pair")
     record = TimingRecord(
-        shape=shape, method=run.method, candidate=timing.summarise(cand, config.statistic),
-        baselines={name: timing.summarise(s, config.statistic) for name, s in run.subjects.items()
-                   if name != "candidate"},
+        shape=shape, method=run.method, candidate=summaries.pop("candidate"), baselines=summaries,
         l2_flushed=run.l2_flushed, interleaved=True, rechecked_outputs=run.rechecks, notes=tuple(notes),
+        floor=floor, overhead_bound=bound,
     )
     return TimingOutcome(record, evidence, after_compile.threads - before_compile.threads,
                          after_compile.children - before_compile.children)

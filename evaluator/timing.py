@@ -53,6 +53,42 @@ class Subject:
     # How one call is timed, when not here: the candidate's calls are timed in its worker
     # (`remote.RemoteModel.timer`), in the same way, and clocked by the judge besides.
     timer: Callable[[list[Any]], tuple[float, float, Any]] | None = None
+    # The harness floor (`floor_subject`): timed like the others in every repetition, but left out of
+    # the stopping rule, which its noise relative to its few microseconds would hold to the time cap.
+    floor: bool = False
+
+
+FLOOR = "floor"
+# A subject whose median is within this factor of the harness floor measures the harness as much
+# as its own work: no speedup headline is drawn from a pair that holds one (issue 17).
+OVERHEAD_BOUND_FACTOR = 20.0
+
+
+class NullModel(torch.nn.Module):
+    """The harness floor's subject: an empty candidate that returns preallocated outputs, called
+    through `nn.Module.__call__` as eager and a `ModelNew` are, doing no work."""
+
+    def __init__(self, outputs: list[torch.Tensor]):
+        super().__init__()
+        self.outputs = outputs
+
+    def forward(self, *inputs: Any) -> Any:
+        return self.outputs[0] if len(self.outputs) == 1 else tuple(self.outputs)
+
+
+def floor_subject(outputs_like: list[torch.Tensor], device: torch.device) -> Subject:
+    """A Subject timing the harness itself: `NullModel` with outputs shaped like `outputs_like`
+    (real or meta tensors), allocated once on `device`."""
+    outputs = [torch.zeros(t.shape, dtype=t.dtype, device=device) for t in outputs_like]
+    return Subject(FLOOR, NullModel(outputs), floor=True)
+
+
+def overhead_bound(medians_us: dict[str, float], floor_us: float | None,
+                   factor: float = OVERHEAD_BOUND_FACTOR) -> tuple[str, ...]:
+    """The subjects (by name) whose median is within `factor` times the harness floor."""
+    if floor_us is None or floor_us <= 0:
+        return ()
+    return tuple(name for name, median in medians_us.items() if median < factor * floor_us)
 
 
 @dataclass
@@ -180,8 +216,8 @@ def run_interleaved(
     config: TimingConfig, recheck: Callable[[int, Any], str | None] | None, seed: int = 0,
     crosscheck: Callable[[int, Any, Any], str | None] | None = None,
 ) -> TimingRun:
-    """Time all subjects, interleaved, until each one's standard error is under target or the
-    time cap or max_reps is reached. `refill(rep)` writes fresh contents into `buffers`;
+    """Time all subjects, interleaved, until each one's standard error (a floor subject's aside) is
+    under target or the time cap or max_reps is reached. `refill(rep)` writes fresh contents into `buffers`;
     `recheck(rep, output)` returns a complaint for a wrong candidate output, else None; it runs on the
     first repetition and on a secret random `recheck_fraction` of the others (a fixed schedule such as
     "every 10th" is public and a candidate can compute only on those calls). `crosscheck(rep,
@@ -204,7 +240,7 @@ def run_interleaved(
 
     failures: list[str] = []
     rechecks = 0
-    deadline = _perf_counter_ns() + config.time_cap_s * 1e9 * max(1, len(subjects))
+    deadline = _perf_counter_ns() + config.time_cap_s * 1e9 * max(1, sum(not s.floor for s in subjects))
     rep = 0
     while rep < config.max_reps:
         if config.fresh_inputs:
@@ -237,7 +273,7 @@ def run_interleaved(
         rep += 1
         if rep >= config.min_reps and (
             _perf_counter_ns() > deadline
-            or all(stats(s.samples_us).rel_stderr < config.target_rel_stderr for s in subjects)
+            or all(stats(s.samples_us).rel_stderr < config.target_rel_stderr for s in subjects if not s.floor)
         ):
             break
     return TimingRun({s.name: s for s in subjects}, "cuda-events" if cuda else "host-monotonic",

@@ -31,7 +31,13 @@ def describe_result(result: EvalResult, max_log: int = 3000) -> str:
                      f"(n={t.candidate.n}, rel. stderr {t.candidate.rel_stderr:.3f})")
         for name, stats in sorted(t.baselines.items()):
             lines.append(f"  baseline {name}: {stats.median_us:.2f} us")
-    if result.speedup is not None:
+        if t.floor is not None:
+            lines.append(f"  harness floor (an empty candidate, timed the same way): {t.floor.median_us:.2f} us")
+    if result.speedup is not None and result.overhead_bound_pair():
+        lines.append(f"Ratio {result.speedup:.2f}x vs eager, overhead-bound ({', '.join(result.timing.overhead_bound)} "
+                     "within 20x of the harness floor): it measures the harness as much as the kernel; "
+                     "a larger shape would tell")
+    elif result.speedup is not None:
         vs_compile = (f", {result.speedup_vs_compile:.2f}x vs torch.compile"
                       if result.speedup_vs_compile is not None else "")
         lines.append(f"Speedup: {result.speedup:.2f}x vs eager{vs_compile}")

@@ -53,6 +53,7 @@ def render_report(state: Mapping[str, Any], store: ArtifactStore, meta: Mapping[
         lines.append(f"- Review: {'approved' if state['approved'] else 'rejected'} by a person")
     lines += ["", "## Best kernel", ""]
     if best:
+        result = EvalResult.from_json(store.get_text(best["result_ref"])) if best.get("result_ref") else None
         vs_compile = best.get("speedup_vs_compile")
         lines += [
             f"Round {best['round']}, code `{best['code_hash']}`: {_x(best.get('speedup'))} vs eager"
@@ -60,8 +61,10 @@ def render_report(state: Mapping[str, Any], store: ArtifactStore, meta: Mapping[
             + f"; {_us(best.get('candidate_us'))} (eager {_us(best.get('eager_us'))}).",
             f"File: `{kernel_path.name if kernel_path else '-'}`.",
         ]
-        if best.get("result_ref"):
-            result = EvalResult.from_json(store.get_text(best["result_ref"]))
+        if result is not None and result.overhead_bound_pair():
+            lines.append(f"Overhead-bound: {', '.join(result.timing.overhead_bound)} within 20x of the harness floor "
+                         f"({_us(result.floor_us)}), so this ratio is not claimed as a speedup; time a larger shape.")
+        if result is not None:
             lines += ["", "### Its measurements", "", "```", describe_result(result), "```", "",
                       _demote(describe_result_markdown(result))]
     else:

@@ -57,6 +57,9 @@ class RunSummary:
     history: list[dict[str, Any]] = field(default_factory=list)
     outputs: dict[str, str | None] = field(default_factory=dict)
     notice: str | None = None  # e.g. that the offline library provider was used, and why
+    # The best kernel's measurement as a headline may state it: timed shape, harness floor, the
+    # overhead-bound subjects, the speedups a report may claim, its roofline fraction.
+    best_measurement: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -220,13 +223,33 @@ def _summary(run_dir: Path, meta: dict[str, Any], state: dict[str, Any], status:
     if meta["provider"] == "library":
         notice = ("no LLM key is configured, so the offline `library` provider proposed the shipped "
                   "reference kernel and its tunable variants; see docs/optimize.md to use a real model")
+    best_measurement = _best_measurement(store, state.get("best"))
     return RunSummary(
+        best_measurement=best_measurement,
         run_id=meta["run_id"], run_dir=str(run_dir), task_name=meta["task_name"], backend=meta["backend"],
         provider=meta["provider"], status=status, stop_reason=state.get("stop_reason"),
         rounds=int(state.get("round", 0)), best=state.get("best"), usage=state.get("usage") or {},
         approved=state.get("approved"), history=list(state.get("history") or []), outputs=outputs,
         notice=notice,
     )
+
+
+def _best_measurement(store: ArtifactStore, best: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What the summary may headline about the best kernel, read from its EvalResult."""
+    if not best or not best.get("result_ref"):
+        return None
+    try:
+        result = EvalResult.from_json(store.get_text(best["result_ref"]))
+    except (OSError, KeyError, ValueError):
+        return None
+    timing, roof = result.timing, result.roofline
+    return {
+        "shape": timing.shape if timing else None, "floor_us": result.floor_us,
+        "overhead_bound": list(timing.overhead_bound) if timing else [],
+        "headline_speedup": result.headline_speedup, "headline_speedup_vs_compile": result.headline_speedup_vs_compile,
+        "sol_fraction": roof.sol_fraction if roof else None, "roofline_label": roof.label if roof else None,
+        "ceilings_source": roof.ceilings_source if roof else None,
+    }
 
 
 def _sandboxed_evaluate(settings: Settings, device: str, baselines: tuple[str, ...],

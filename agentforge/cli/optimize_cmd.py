@@ -198,16 +198,43 @@ def _render_summary(summary: Any) -> None:
     best = summary.best
     console.print(f"[bold]{summary.task_name}[/bold] ({summary.backend}, {summary.provider}): "
                   f"{summary.status}; {summary.stop_reason or ''}")
-    if best:
-        console.print(f"best: round {best['round']}, {_x(best.get('speedup'))} vs eager, "
-                      f"{_x(best.get('speedup_vs_compile'))} vs torch.compile -> {summary.outputs.get('best_kernel')}")
-    else:
-        console.print("no correct kernel was found")
     usage = summary.usage
-    console.print(f"LLM: {usage.get('calls', 0)} calls, ${usage.get('cost_usd', 0.0):.4f}; "
-                  f"report: {summary.outputs.get('report')}")
+    console.print(f"LLM: {usage.get('calls', 0)} calls, ${usage.get('cost_usd', 0.0):.4f}")
     again = resume_command(summary.run_id, summary_runs_dir(summary))
     console.print(f"run id: {summary.run_id} (continue with: {again})", soft_wrap=True, markup=False)
+    # The measured result last, where a reader's eye lands.
+    if best:
+        console.print(f"best: round {best['round']} -> {summary.outputs.get('best_kernel')}", markup=False,
+                      soft_wrap=True)
+        console.print(best_headline(best, summary.best_measurement or {}), markup=False, soft_wrap=True)
+    else:
+        console.print("no correct kernel was found")
+    console.print(f"report: {summary.outputs.get('report')}; plot: {summary.outputs.get('plot')}", markup=False,
+                  soft_wrap=True)
+
+
+def best_headline(best: dict[str, Any], measured: dict[str, Any]) -> str:
+    """The best kernel's measured speedups, with its timed shape and roofline fraction; a ratio
+    from an overhead-bound pair (within 20x of the harness floor) is shown as such, never as a
+    speedup."""
+    shape = f" on shape '{measured['shape']}'" if measured.get("shape") else ""
+    us = f"{best['candidate_us']:.1f} us vs eager {best['eager_us']:.1f} us" if best.get("candidate_us") and \
+        best.get("eager_us") else ""
+    if measured.get("overhead_bound"):
+        floor = measured.get("floor_us") or 0.0
+        text = (f"measured{shape}: {_x(best.get('speedup'))} vs eager, NOT a speedup: "
+                f"{', '.join(measured['overhead_bound'])} within 20x of the harness floor ({floor:.1f} us)")
+    else:
+        text = f"measured speedup{shape}: {_x(best.get('speedup'))} vs eager ({us})"
+        if best.get("speedup_vs_compile"):
+            text += f", {_x(best.get('speedup_vs_compile'))} vs torch.compile"
+    sol = measured.get("sol_fraction")
+    if sol is not None:
+        text += (f"; roofline: {100 * sol:.0f} % of the {measured.get('roofline_label')} speed of light "
+                 f"({measured.get('ceilings_source')} ceilings)")
+    else:
+        text += "; roofline: unknown (no ceilings for this device: `agentforge gpu --measure`)"
+    return text
 
 
 def summary_runs_dir(summary: Any) -> str:

@@ -40,16 +40,23 @@ def render_result(console: Console, result: EvalResult) -> None:
         t = result.timing
         table = Table("subject", "median us", "mean us", "stdev us", "n", "rel stderr",
                       title=f"timing on '{t.shape}' ({t.method}, L2 flushed: {t.l2_flushed})")
-        for name, s in [("candidate", t.candidate), *t.baselines.items()]:
-            table.add_row(name, f"{s.median_us:.2f}", f"{s.mean_us:.2f}", f"{s.stdev_us:.2f}", str(s.n),
+        rows = [("candidate", t.candidate), *t.baselines.items()]
+        for name, s in [*rows, *([("harness floor", t.floor)] if t.floor is not None else [])]:
+            mark = " (overhead-bound)" if name in t.overhead_bound else ""
+            table.add_row(name + mark, f"{s.median_us:.2f}", f"{s.mean_us:.2f}", f"{s.stdev_us:.2f}", str(s.n),
                           f"{100 * s.rel_stderr:.2f} %")
         console.print(table)
         for note in t.notes:
             console.print(f"[yellow]note:[/yellow] {note}")
-    if result.speedup is not None:
+    if result.speedup is not None and result.headline_speedup is None:
+        console.print(f"[yellow]no speedup claimed: {result.speedup:.2f}x vs eager is overhead-bound (within 20x "
+                      "of the harness floor); time a larger shape[/yellow]")
+    elif result.speedup is not None:
         line = f"speedup: {result.speedup:.2f}x vs eager"
-        if result.speedup_vs_compile is not None:
-            line += f", {result.speedup_vs_compile:.2f}x vs best torch.compile"
+        if result.headline_speedup_vs_compile is not None:
+            line += f", {result.headline_speedup_vs_compile:.2f}x vs best torch.compile"
+        elif result.speedup_vs_compile is not None:
+            line += " (vs torch.compile: overhead-bound, not claimed)"
         console.print(f"[bold]{line}[/bold]")
     if result.roofline is not None and result.roofline.floor_us:
         r = result.roofline
