@@ -44,7 +44,8 @@ class ProviderSettings:
     max_retries: int = _s(5, "retries on rate limits and server errors, with exponential backoff", ge=0)
     timeout_s: float = _s(300.0, "per-request timeout in seconds", gt=0)
     temperature: float = _s(0.2, "sampling temperature of the coder", ge=0)
-    max_tokens: int = _s(8192, "maximum tokens of one reply", ge=1)
+    max_tokens: int = _s(8192, "maximum tokens of one reply (less when a server by base URL reports a "
+                         "context that leaves less after the prompt)", ge=1)
 
 
 @dataclass

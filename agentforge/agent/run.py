@@ -72,7 +72,7 @@ def optimize(
     provider: Provider | None = None, evaluate: Evaluate | None = None, kernels_root: Path | None = None,
     baselines: Sequence[str] = ("eager", "compile"), timing: TimingConfig | None = None,
     limits: dict[str, Any] | None = None, shapes: Sequence[str] = (),
-    on_activity: Callable[[str], None] | None = None,
+    on_activity: Callable[[str], None] | None = None, on_retry: Callable[[str], None] | None = None,
 ) -> RunSummary:
     """Run (or with `resume`, continue) the coder/judge loop on a task until a budget stops it.
 
@@ -82,7 +82,7 @@ def optimize(
     `approve` answers the review question when `review` is on (None: the run pauses and a later
     `resume` asks again). `provider` and `evaluate` replace the configured ones (tests, notebooks).
     `on_progress` hears each finished step; `on_activity` hears, in one line, what starts now (a
-    model call, an evaluation) and each retry of a model call.
+    model call, an evaluation); `on_retry` (else `on_activity`) each retry of a model call.
     """
     from langgraph.checkpoint.sqlite import SqliteSaver
     from langgraph.types import Command
@@ -117,8 +117,9 @@ def optimize(
 
         provider = make_provider(settings.provider, task_name=task.name, backend=backend,
                                  gpu=_gpu_slug(device), kernels_root=kernels_root)
-    if on_activity is not None and hasattr(provider, "on_retry") and provider.on_retry is None:
-        provider.on_retry = on_activity
+    hears = on_retry or on_activity
+    if hears is not None and hasattr(provider, "on_retry") and provider.on_retry is None:
+        provider.on_retry = hears
     if not resume:
         run_id = run_id or _new_run_id(task.name)
         run_dir = runs_dir / run_id

@@ -6,11 +6,13 @@ import it and size its shapes. A task that fails there, or in the evaluator's ow
 reference, is a `task_error`, never the candidate's fault. A shape whose evaluation would not fit
 in the memory this machine gives the sandbox is refused up front, naming the shapes that fit.
 
-Exit status: 0 when the candidate was evaluated, whatever the verdict; 2 when it could not be: a
-usage error (an unknown shape, a missing file), a task error, a shape that does not fit, a sandbox
-that could not run. With `--json`, stdout carries exactly one JSON object in every case: the
-EvalResult, or for a refusal `{"status": "refused", "error": {"type", "message"}, ...}`; anything
-else printed meanwhile (ours, a library's) goes to stderr.
+Exit status: 0 when the candidate was evaluated and not rejected (accepted, or a compile-only
+verdict on a machine without the GPU to run it); 6 when it was evaluated and rejected (it did not
+build, run, match the reference, or it was flagged: the verdict is printed all the same); 2 when it
+could not be evaluated: a usage error (an unknown shape, a missing file), a task error, a shape
+that does not fit, a sandbox that could not run. With `--json`, stdout carries exactly one JSON
+object in every case: the EvalResult, or for a refusal `{"status": "refused", "error": {"type",
+"message"}, ...}`; anything else printed meanwhile (ours, a library's) goes to stderr.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
     from agentforge.task import TaskText
 
 EXIT_REFUSED = 2
+EXIT_REJECTED = 6  # evaluated, and the verdict rejects the candidate
 
 
 class Refused(Exception):
@@ -84,7 +87,8 @@ def eval_command(
         help="an EvalResult JSON (from --json): rerun with the seeds it recorded, to reproduce it")] = None,
 ) -> None:
     """Build, check, time and profile CANDIDATE against TASK. Exit 0 when the candidate was
-    evaluated (whatever the verdict); 2 when it could not be (usage, task error, memory)."""
+    evaluated and not rejected; 6 when it was rejected (the verdict says why); 2 when it could not
+    be evaluated (usage, task error, memory)."""
     flags = {"eval.track": track, "eval.backend": backend, "eval.device": device, "eval.profile": profile}
     with _stdout_reserved(as_json) as emit:
         try:
@@ -109,6 +113,8 @@ def eval_command(
 
         render_result(console, result)
     code = _exit_code(result)
+    if code == EXIT_REJECTED:
+        raise typer.Exit(code)  # the verdict above says why
     if code:
         _say(_why_not_evaluated(result))
         raise typer.Exit(code)
@@ -179,13 +185,16 @@ def _read_task(ref: str, settings: Settings) -> TaskText:
 
 # ----- output ---------------------------------------------------------------------------------
 def _exit_code(result: EvalResult) -> int:
-    """2 when no candidate verdict exists: the task failed on its own, or the sandbox never ran."""
+    """2 when no candidate verdict exists: the task failed on its own, or the sandbox never ran;
+    6 when the verdict rejects the candidate; else 0 (a compile-only `ok` rejects nothing)."""
     from agentforge.evaluator.result import Stage, Status
 
     if result.status == Status.TASK_ERROR:
         return EXIT_REFUSED
     if result.stage == Stage.SANDBOX and result.error is not None and result.error.type == "SandboxError":
         return EXIT_REFUSED
+    if result.status != Status.OK or result.rejecting_flags:
+        return EXIT_REJECTED
     return 0
 
 

@@ -1,10 +1,17 @@
 """`agentforge optimize TASK`: the coder/judge loop until a budget stops it; `--resume RUN_ID`
-continues a run that was stopped or killed."""
+continues a run that was stopped or killed.
+
+Exit status: 0 when the run found a correct kernel (or paused for review); 2 when it could not
+run (settings, the task failed on its own); 3 when the LLM server could not be reached or failed
+for good, after its retries (each retry is said in one line); 5 when the budget ran out with no
+correct kernel. The report and summary are written in every case but 2's refusals.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Annotated, Any
 
 import typer
@@ -29,6 +36,7 @@ def optimize_command(
     max_rounds: Annotated[int | None, typer.Option(help=describe("agent.max_rounds"))] = None,
     max_cost_usd: Annotated[float | None, typer.Option(help=describe("agent.max_cost_usd"))] = None,
     max_minutes: Annotated[float | None, typer.Option(help=describe("agent.max_minutes"))] = None,
+    max_tokens: Annotated[int | None, typer.Option(help=describe("provider.max_tokens"))] = None,
     resume: Annotated[str | None, typer.Option(help="continue the run with this id from its last finished step")
                       ] = None,
     out: Annotated[str | None, typer.Option(help=describe("runs_dir"))] = None,
@@ -49,15 +57,15 @@ def optimize_command(
         provider = _provider_of_run(config, out, resume)
     settings = build_settings(
         config, provider__name=provider, provider__model=model, provider__judge_model=judge_model,
-        provider__base_url=base_url, eval__backend=backend, agent__max_rounds=max_rounds,
-        agent__max_cost_usd=max_cost_usd, agent__max_minutes=max_minutes, runs_dir=out,
+        provider__base_url=base_url, provider__max_tokens=max_tokens, eval__backend=backend,
+        agent__max_rounds=max_rounds, agent__max_cost_usd=max_cost_usd, agent__max_minutes=max_minutes, runs_dir=out,
         sandbox__isolation=isolation,
     )
     check_sandbox(settings)
     from agentforge.agent.run import RunError, optimize
     from agentforge.cli import errors
     from agentforge.evaluator.result import TimingConfig
-    from agentforge.llm.base import ProviderError
+    from agentforge.llm.base import ProviderError, ProviderUnavailable
     from agentforge.task import TaskLoadError
 
     if settings.provider.name == "library" and provider is None and not as_json:
@@ -76,13 +84,14 @@ def optimize_command(
                 timing=TimingConfig(**QUICK_TIMING) if quick else None,
                 shapes=tuple(shape or ()),
                 limits=_explicit_limits(max_rounds, max_cost_usd, max_minutes) if resume else None,
+                on_activity=view.activity, on_retry=view.retry,
             )
     except (RunError, ProviderError, TaskLoadError) as exc:
         if as_json:
             print(json.dumps({"error": str(exc)}))
         else:
             say_error(str(exc))
-        raise typer.Exit(2) from exc
+        raise typer.Exit(EXIT_PROVIDER_FAILED if isinstance(exc, ProviderUnavailable) else 2) from exc
     # Interruptions (Ctrl-C, SIGTERM) and a full disk end in cli/errors.py, with the resume hint.
     if as_json:
         print(json.dumps(summary.to_dict(), default=str))
@@ -93,9 +102,17 @@ def optimize_command(
         say_error(f"the LLM provider failed ({failed}); check the provider settings (key, --base-url, "
                   "network), then start the run again")
         raise typer.Exit(EXIT_PROVIDER_FAILED)
+    if summary.status == "task_error":
+        say_error(f"{summary.stop_reason}")
+        raise typer.Exit(2)
+    if summary.best is None and summary.status == "finished":
+        say_error(f"no correct kernel was found in {summary.rounds} rounds ({summary.stop_reason}); what each "
+                  f"round got is in {summary.outputs.get('report')}")
+        raise typer.Exit(EXIT_NO_KERNEL)
 
 
 EXIT_PROVIDER_FAILED = 3
+EXIT_NO_KERNEL = 5  # the run ended (a budget) without one correct kernel
 _PROVIDER_FAILED = "provider failed: "  # the agent's stop reason when the coder call failed for good
 
 
@@ -139,21 +156,40 @@ def _ask(payload: dict[str, Any]) -> bool:
 
 
 class _LiveView:
-    """A rich live table: round, mode, stage, best speedups, tokens and dollars so far."""
+    """A rich live table: round, mode, what is in flight and for how long (a model call, an
+    evaluation) or the last finished stage, the run's elapsed time, best speedups, tokens and
+    dollars so far. Retries of a model call are printed above it, one line each."""
 
     def __init__(self, enabled: bool, runs_dir: str = "runs"):
         self.enabled = enabled
         self.runs_dir = runs_dir
         self.live: Any = None
         self.last: dict[str, Any] = {}
+        self.started = time.monotonic()
+        self.now: tuple[str, float] | None = None  # what is in flight, since when
 
     def __enter__(self) -> _LiveView:
         if self.enabled:
             from rich.live import Live
 
-            self.live = Live(self._table(), console=console, refresh_per_second=4, transient=False)
+            # get_renderable: each refresh redraws the table, so the clocks tick during a long call.
+            self.live = Live(get_renderable=self._table, console=console, refresh_per_second=4, transient=False)
             self.live.__enter__()
         return self
+
+    def activity(self, what: str) -> None:
+        """Something started (a model call, an evaluation): shown with its own clock until a step ends."""
+        self.now = (what, time.monotonic())
+
+    def retry(self, line: str) -> None:
+        """A model call failed and will be retried: said at once, in one line, never silently."""
+        self.now = (f"waiting for the model ({line})", time.monotonic())
+        if self.live is not None:
+            from rich.markup import escape
+
+            self.live.console.print(escape(line), style="yellow")
+        else:
+            err_console.print(line, style="yellow", markup=False, highlight=False)
 
     def __exit__(self, *exc: object) -> None:
         if self.live is not None:
@@ -165,6 +201,7 @@ class _LiveView:
         if view.get("run_id") and view.get("run_id") != self.last.get("run_id"):
             errors.set_resume_hint(resume_command(view["run_id"], self.runs_dir))
         self.last = view
+        self.now = None
         if self.live is None:
             return
         record = view.get("last")
@@ -181,14 +218,29 @@ class _LiveView:
 
         v = self.last
         table = Table(show_header=True, header_style="bold", box=None)
-        for column in ("round", "mode", "stage", "best vs eager", "best vs compile", "tokens", "cost"):
+        for column in ("round", "mode", "now", "elapsed", "best vs eager", "best vs compile", "tokens", "cost"):
             table.add_column(column)
         table.add_row(
-            str(v.get("round", "-")), str(v.get("mode") or "-"), str(v.get("stage", "starting")),
+            str(v.get("round", "-")), str(v.get("mode") or "-"), self.doing(),
+            _clock(time.monotonic() - self.started),
             _x(v.get("best_speedup")), _x(v.get("best_speedup_vs_compile")),
             f"{v.get('input_tokens', 0)}+{v.get('output_tokens', 0)}", f"${v.get('cost_usd', 0.0):.4f}",
         )
         return table
+
+
+    def doing(self) -> str:
+        """What is in flight and for how long, else the last finished stage."""
+        if self.now is not None:
+            what, since = self.now
+            return f"{what}, {_clock(time.monotonic() - since)}"
+        stage = self.last.get("stage")
+        return f"{stage} done" if stage else "starting"
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}:{secs:02d}" if minutes else f"{secs} s"
 
 
 def _render_summary(summary: Any) -> None:

@@ -38,6 +38,11 @@ class ProviderError(RuntimeError):
     """A provider call that failed for good (after its retries); the message says why."""
 
 
+class ProviderUnavailable(ProviderError):
+    """The server could not be reached or kept failing (connection errors, 5xx, rate limits)
+    through every retry: not a configuration mistake, so trying again later may work."""
+
+
 @runtime_checkable
 class Provider(Protocol):
     name: str

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from agentforge.llm.base import ProviderError
+from agentforge.llm.base import ProviderError, ProviderUnavailable
 
 T = TypeVar("T")
 
@@ -46,7 +46,8 @@ def call_with_retries(
     on_retry: Callable[[str], None] | None = None,
 ) -> tuple[T, int]:
     """Run `call`, retrying what `classify` marks retryable; returns (result, retries used).
-    Raises ProviderError when the failure is not retryable or the retries ran out. `on_retry`
+    Raises ProviderError when the failure is not retryable, ProviderUnavailable when the retries
+    ran out. `on_retry`
     hears one line before each wait, so that a person sees why nothing is happening."""
     attempt = 0
     while True:
@@ -57,7 +58,7 @@ def call_with_retries(
             if verdict is None:
                 raise ProviderError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
             if attempt >= policy.max_retries:
-                raise ProviderError(
+                raise ProviderUnavailable(
                     f"{what} failed after {attempt} retries ({verdict.reason}): {exc}"
                 ) from exc
             wait = policy.delay(attempt, verdict.after_s)

@@ -92,3 +92,22 @@ def test_what_is_in_flight_is_heard_as_it_starts(tmp_path, relu_task, kernels):
     assert heard == ["waiting for the model (coder, round 1)", "evaluating round 1 in the sandbox",
                      "waiting for the model (judge, round 1)", "waiting for the model (coder, round 2)",
                      "evaluating round 2 in the sandbox"]
+
+
+def test_live_view_shows_the_call_in_flight_with_its_clock_and_the_runs_elapsed_time(monkeypatch):
+    from rich.console import Console
+
+    from agentforge.cli import optimize_cmd
+
+    clock = [1000.0]
+    monkeypatch.setattr(optimize_cmd.time, "monotonic", lambda: clock[0])
+    view = optimize_cmd._LiveView(enabled=False)
+    view.activity("waiting for the model (coder, round 2)")
+    clock[0] += 75
+    assert view.doing() == "waiting for the model (coder, round 2), 1:15"
+    console = Console(width=200, record=True)
+    console.print(view._table())
+    text = console.export_text()
+    assert "elapsed" in text and "waiting for the model (coder, round 2), 1:15" in text
+    view.update({"stage": "coder", "round": 2})
+    assert view.doing() == "coder done"  # the call ended: the last finished stage again

@@ -23,6 +23,12 @@ def _settings(tmp_path: Path, provider: str, base_url: str, **agent: object) -> 
     settings.provider.api_key = "dummy"
     settings.provider.model = "gpt-4.1" if provider == "openai" else "claude-sonnet-4-6"
     settings.provider.max_retries = 3
+    # A server by base URL is billed from a configured price table only: the scripted server stands
+    # in for the hosted API here, so its prices are configured as a gateway's would be.
+    prices = tmp_path / "prices.toml"
+    prices.write_text('[models."gpt-4.1"]\ninput = 2.0\noutput = 8.0\n'
+                      '[models."claude-sonnet-4-6"]\ninput = 3.0\noutput = 15.0\n')
+    settings.provider.price_table = str(prices)
     settings.eval.backend = "cpu"
     settings.eval.profile = False
     # The loop is under test here, not the sandbox's isolation (tested in tests/sandbox): the child
