@@ -29,6 +29,7 @@ import functools
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
@@ -206,11 +207,8 @@ def _build_inline(staging: Path, name: str, cpp_sources: Sequence[str], cuda_sou
     except (OSError, TypeError, AttributeError) as exc:
         raise BuildError(f"torch's build plan for {name} could not be written: {exc}", log=str(exc)) from exc
     objects = sorted(plan.objects)
-    command = [ninja, "-v", "-k", "0", *objects]
-    proc = subprocess.run(command, cwd=staging, capture_output=True, text=True, timeout=1800)
-    log = proc.stdout + proc.stderr
-    failed = [o for o in objects if not (staging / o).exists()]
-    if proc.returncode != 0 or failed:
+    log, failed = _compile_objects(staging, ninja, objects)
+    if failed:
         what = {"compile": f"g++ failed to compile the cpp_sources of {name} (torch's main.cpp)",
                 "cuda_compile": f"nvcc failed to compile {name} for {arch}"}
         message = "; ".join(what[plan.objects[o]] for o in failed) or f"ninja failed for {name}"
@@ -228,6 +226,42 @@ def _build_inline(staging: Path, name: str, cpp_sources: Sequence[str], cuda_sou
     for o in objects:
         (staging / o).unlink(missing_ok=True)
     return InlineVerdict(True, "", log, staging / "kernel.cubin" if cubins else None, False)
+
+
+def _compile_objects(staging: Path, ninja: str, objects: list[str], timeout: float = 1800) -> tuple[str, list[str]]:
+    """Run torch's compile command for each object (read from its ninja file), all at once; the
+    first that fails ends the others, since its error is the verdict (torch's ninja would wait
+    minutes for nvcc to finish first). Returns the log and the objects that failed."""
+    running: dict[str, tuple[subprocess.Popen[bytes], Path, str]] = {}
+    for obj in objects:
+        listed = subprocess.run([ninja, "-t", "commands", obj], cwd=staging, capture_output=True, text=True,
+                                timeout=60).stdout.strip().splitlines()
+        if not listed:
+            return f"ninja knows no command for {obj}\n", [obj]
+        out = staging / f"{obj}.log"
+        with open(out, "wb") as handle:
+            running[obj] = (subprocess.Popen(["/bin/sh", "-c", listed[-1]], cwd=staging, stdout=handle,
+                                             stderr=subprocess.STDOUT, start_new_session=True), out, listed[-1])
+    failed: list[str] = []
+    deadline = time.monotonic() + timeout
+    while any(proc.poll() is None for proc, _, _ in running.values()):
+        failed = [o for o, (proc, _, _) in running.items() if proc.poll() not in (None, 0)]
+        if failed or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    stopped = []
+    for obj, (proc, _, _) in running.items():
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            stopped.append(obj)
+    failed = [o for o, (proc, _, _) in running.items() if o not in stopped and proc.returncode != 0]
+    log = "".join(f"$ {cmd}\n{out.read_text(errors='replace')}" for _, out, cmd in running.values())
+    if stopped:
+        log += f"stopped at the first failure: {', '.join(stopped)}\n" if failed else "timed out\n"
+        failed = failed or stopped
+    return log, failed
 
 
 def _cpu_torch_shim() -> list[str]:
