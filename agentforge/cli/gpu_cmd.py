@@ -2,7 +2,9 @@
 
 `agentforge gpu` prints the spec (the CUDA GPU if torch sees one, and the CPU) with the ceilings a
 roofline will use; `--measure` measures bandwidth and GEMM throughput and records them for this
-machine (`<cache_dir>/ceilings/<device>.json`); `--json` prints the same as one JSON object.
+machine (`<cache_dir>/ceilings/<device>.json`; on the CPU `<cpu>-<threads>t.json`, measured on the
+threads the evaluator pins, 1 unless `--threads` says otherwise); `--json` prints the same as one
+JSON object.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ def register(app: typer.Typer) -> None:
         cache_dir: str | None = typer.Option(None, "--cache-dir", help="where ceilings are recorded "
                                              "(default: the cache_dir setting, ~/.cache/agentforge)"),
         config: str | None = typer.Option(None, "--config", help="settings file (TOML)"),
+        threads: int | None = typer.Option(None, "--threads", min=1, help="CPU only: the threads to measure "
+                                           "on (default: the evaluator's, 1); a roofline uses the ceilings "
+                                           "of the thread count its evaluation ran on"),
     ) -> None:
         """Show the GPU (or CPU) spec and roofline ceilings; --measure records measured ones."""
         import json
@@ -27,7 +32,7 @@ def register(app: typer.Typer) -> None:
         from agentforge.cli.common import build_settings, console, err_console
 
         settings = build_settings(config, cache_dir=cache_dir)
-        report = _gather(device, measure, settings.cache_dir)
+        report = _gather(device, measure, settings.cache_dir, threads)
         if "error" in report:
             err_console.print(f"[red]gpu:[/red] {report['error']}")
             raise typer.Exit(2)
@@ -37,7 +42,7 @@ def register(app: typer.Typer) -> None:
             _print(report, console)
 
 
-def _gather(device: str, measure: bool, cache_dir: str) -> dict:
+def _gather(device: str, measure: bool, cache_dir: str, threads: int | None = None) -> dict:
     """Spec and ceilings of the chosen device as plain data; an "error" key when it cannot be had."""
     import torch
 
@@ -51,9 +56,15 @@ def _gather(device: str, measure: bool, cache_dir: str) -> dict:
         return {"error": "no CUDA GPU is visible to torch; use --device cpu"}
     index = int(device.partition(":")[2] or 0) if device.startswith("cuda") else 0
     gpu_spec = probe_gpu(index) if cuda else None
+    if device == "cpu":
+        from agentforge.evaluator.hardware.ceilings import evaluator_threads
+
+        threads = threads or evaluator_threads()
+    else:
+        threads = None
     try:
-        ceilings = (measure_ceilings(device, cache_dir=cache_dir) if measure
-                    else load_ceilings(device, cache_dir=cache_dir))
+        ceilings = (measure_ceilings(device, cache_dir=cache_dir, threads=threads) if measure
+                    else load_ceilings(device, cache_dir=cache_dir, threads=threads))
     except (RuntimeError, ValueError, OSError) as exc:
         return {"error": str(exc)}
     return {
@@ -63,6 +74,7 @@ def _gather(device: str, measure: bool, cache_dir: str) -> dict:
         "cpu": probe_cpu().to_dict(),
         "ceilings": ceilings.to_dict(),
         "measured": measure,
+        "threads": threads,
     }
 
 
@@ -93,7 +105,8 @@ def _print(report: dict, console) -> None:
     console.print(cpu)
 
     ceil = report["ceilings"]
-    table = Table(title=f"Ceilings ({report['device']}: {ceil['device_name']})")
+    on = f", {report['threads']} thread(s)" if report.get("threads") else ""
+    table = Table(title=f"Ceilings ({report['device']}: {ceil['device_name']}{on})")
     table.add_column("ceiling")
     table.add_column("value")
     table.add_column("source")

@@ -5,10 +5,13 @@ Call these:
 - `measure_ceilings(device="cuda", path=None, cache_dir="~/.cache/agentforge") -> Ceilings`:
   on a GPU, a large device-to-device copy (bytes read + written / time) and large GEMMs
   (2*N^3 / time) in bf16, fp16, fp32 (TF32 off) and tf32, timed with CUDA events; on the CPU,
-  a large memcpy (numpy) and a float32 matmul (torch), timed with `time.perf_counter`. The best
-  repeat is kept (a ceiling must be reachable, so that the floor derived from it stays a lower
-  bound), and the result is written as JSON to `path`, by default
-  `<cache_dir>/ceilings/<device-slug>.json`.
+  on `threads` threads (the evaluator pins CPU jobs to one by default), streams from 4 MiB up to
+  `copy_bytes` (a copy and a read-only sum: data beyond a core's private caches, where the
+  evaluator's flush leaves it) and a float32 matmul, timed with `time.perf_counter`. The best
+  repeat, and on the CPU the best stream and size, is kept (a ceiling must be reachable, so that
+  the floor derived from it stays a lower bound), and the result is written as JSON to `path`, by
+  default `<cache_dir>/ceilings/<device-slug>.json` (`<cpu-slug>-<threads>t.json` on the CPU: a
+  ceiling holds for the thread count it was measured on).
 - `load_ceilings(device="cuda", path=None, cache_dir=..., spec=None) -> Ceilings`: the datasheet
   figures of the device, each replaced by its measured value where a ceilings file for the same
   device name exists. `Ceilings.sources` says, per figure, which one it is.
@@ -77,8 +80,18 @@ class Ceilings:
         return dataclasses.asdict(self)
 
 
-def default_ceilings_path(device_name: str, cache_dir: str | Path = DEFAULT_CACHE_DIR) -> Path:
-    return Path(cache_dir).expanduser() / "ceilings" / f"{device_slug(device_name)}.json"
+def default_ceilings_path(device_name: str, cache_dir: str | Path = DEFAULT_CACHE_DIR,
+                          threads: int | None = None) -> Path:
+    """Where a device's measured ceilings live; CPU ones name their thread count."""
+    suffix = f"-{threads}t" if threads else ""
+    return Path(cache_dir).expanduser() / "ceilings" / f"{device_slug(device_name)}{suffix}.json"
+
+
+def evaluator_threads() -> int:
+    """The CPU threads an evaluation runs on unless its job says otherwise (`EvalJob.cpu_threads`)."""
+    from agentforge.evaluator.result import EvalJob
+
+    return int(EvalJob.__dataclass_fields__["cpu_threads"].default)
 
 
 def ceilings_from_spec(spec: GpuSpec) -> Ceilings:
@@ -113,22 +126,29 @@ def load_ceilings(
     path: str | Path | None = None,
     cache_dir: str | Path = DEFAULT_CACHE_DIR,
     spec: GpuSpec | None = None,
+    threads: int | None = None,
 ) -> Ceilings:
     """Datasheet ceilings of the device, overlaid figure by figure with measured ones.
 
-    A file measured on a device of another name is ignored. Without a CUDA device (for
-    device="cuda") the result names no device and has no figures (sources "unknown")."""
+    A file measured on a device of another name, or on the CPU with another thread count
+    (`threads`, by default the calling process's torch threads, which the evaluator pins), is
+    ignored. Without a CUDA device (for device="cuda") the result names no device and has no
+    figures (sources "unknown")."""
     kind, index = _parse_device(device)
     if kind == "cpu":
         base = Ceilings("cpu", probe_cpu().name)
+        threads = threads or _torch_threads()
     else:
+        threads = None
         spec = spec or probe_gpu(index)
         if spec is None:
             return Ceilings("cuda", "no CUDA device")
         base = ceilings_from_spec(spec)
-    file = Path(path) if path else default_ceilings_path(base.device_name, cache_dir)
+    file = Path(path) if path else default_ceilings_path(base.device_name, cache_dir, threads)
     data = read_ceilings_file(file)
     if data is None or data.get("device_name") != base.device_name:
+        return base
+    if threads is not None and data.get("threads") != threads:
         return base
     return _overlay(base, data, file)
 
@@ -156,12 +176,15 @@ def measure_ceilings(
     copy_bytes: int | None = None,
     gemm_n: int | None = None,
     repeats: int = 10,
+    threads: int | None = None,
 ) -> Ceilings:
     """Measure the device's bandwidth and GEMM throughput, write them to `path`, and return the
-    merged ceilings (measured figures over datasheet ones). Raises RuntimeError for
-    device="cuda" without a CUDA device."""
+    merged ceilings (measured figures over datasheet ones). On the CPU, on `threads` threads
+    (default: the evaluator's, `evaluator_threads()`). Raises RuntimeError for device="cuda"
+    without a CUDA device."""
     kind, index = _parse_device(device)
     if kind == "cuda":
+        threads = None
         spec = probe_gpu(index)
         if spec is None:
             raise RuntimeError("no CUDA device is visible to torch; measure with device='cpu'")
@@ -170,7 +193,8 @@ def measure_ceilings(
     else:
         spec = None
         name = probe_cpu().name
-        bandwidth, peaks, details = _measure_cpu(copy_bytes or 256 * 1024 * 1024, gemm_n or 2048, repeats)
+        threads = threads or evaluator_threads()
+        bandwidth, peaks, details = _measure_cpu(copy_bytes or 256 * 1024 * 1024, gemm_n or 2048, repeats, threads)
     record = {
         "schema": SCHEMA_VERSION,
         "device_kind": kind,
@@ -180,7 +204,9 @@ def measure_ceilings(
         "peak_tflops": {k: round(v, 3) for k, v in peaks.items()},
         "details": details,
     }
-    file = Path(path) if path else default_ceilings_path(name, cache_dir)
+    if threads is not None:
+        record["threads"] = threads
+    file = Path(path) if path else default_ceilings_path(name, cache_dir, threads)
     file.parent.mkdir(parents=True, exist_ok=True)
     file.write_text(json.dumps(record, indent=2) + "\n")
     base = ceilings_from_spec(spec) if spec is not None else Ceilings("cpu", name)
@@ -221,20 +247,51 @@ def _time_cuda(fn: Callable[[], Any], repeats: int, warmup: int = 3) -> list[flo
 _Measured = tuple[float, dict[str, float], dict[str, Any]]  # bandwidth GB/s, TFLOP/s by dtype, details
 
 
-def _measure_cpu(copy_bytes: int, gemm_n: int, repeats: int) -> _Measured:
-    import numpy as np
+def _torch_threads() -> int:
     import torch
 
-    src = np.ones(copy_bytes, dtype=np.uint8)
-    dst = np.empty_like(src)
-    copy_s = _best(_time_host(lambda: np.copyto(dst, src), repeats))
-    a = torch.randn(gemm_n, gemm_n, dtype=torch.float32)
-    b = torch.randn(gemm_n, gemm_n, dtype=torch.float32)
-    gemm_s = _best(_time_host(lambda: torch.mm(a, b), repeats))
-    details = {"method": "host perf_counter, best of repeats", "copy_bytes": copy_bytes, "gemm_n": gemm_n,
-               "repeats": repeats, "threads": torch.get_num_threads(), "torch": torch.__version__,
-               "copy_s": copy_s, "gemm_fp32_s": gemm_s}
-    return 2 * copy_bytes / copy_s / 1e9, {"fp32": 2 * gemm_n**3 / gemm_s / 1e12}, details
+    return torch.get_num_threads()
+
+
+CPU_STREAM_MIN_BYTES = 4 * 1024 * 1024  # past a core's private caches (L2 is 0.5-2 MiB a core)
+
+
+def _streams_gbs(size: int, repeats: int) -> dict[str, float]:
+    """GB/s of a copy (read + write) and of a read-only sum over `size` bytes of float32."""
+    import torch
+
+    src = torch.ones(size // 4, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    copy_s = _best(_time_host(lambda: dst.copy_(src), repeats))
+    read_s = _best(_time_host(lambda: src.sum(), repeats))
+    return {"copy_gbs": 2 * size / copy_s / 1e9, "read_gbs": size / read_s / 1e9}
+
+
+def _measure_cpu(copy_bytes: int, gemm_n: int, repeats: int, threads: int) -> _Measured:
+    """Best bandwidth over streams of 4 MiB .. `copy_bytes` (a copy: bytes read + written; a sum:
+    bytes read) and fp32 GEMM throughput, on `threads` torch threads. The smaller streams sit in
+    the shared last-level cache, where the evaluator's flush (the core's own caches only) leaves a
+    kernel's data: a ceiling measured in DRAM alone would put the floor above what kernels reach."""
+    import torch
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        by_size: dict[str, dict[str, float]] = {}
+        size = min(CPU_STREAM_MIN_BYTES, copy_bytes)
+        while size <= copy_bytes:
+            by_size[str(size)] = _streams_gbs(size, repeats)
+            size *= 4
+        a = torch.randn(gemm_n, gemm_n, dtype=torch.float32)
+        b = torch.randn(gemm_n, gemm_n, dtype=torch.float32)
+        gemm_s = _best(_time_host(lambda: torch.mm(a, b), repeats))
+    finally:
+        torch.set_num_threads(saved)
+    bandwidth = max(v for stream in by_size.values() for v in stream.values())
+    details = {"method": "host perf_counter, best of repeats; bandwidth: best stream and size",
+               "copy_bytes": copy_bytes, "gemm_n": gemm_n, "repeats": repeats, "threads": threads,
+               "torch": torch.__version__, "bandwidth_gbs_by_bytes": by_size, "gemm_fp32_s": gemm_s}
+    return bandwidth, {"fp32": 2 * gemm_n**3 / gemm_s / 1e12}, details
 
 
 def _measure_gpu(index: int, copy_bytes: int | None, gemm_n: int, repeats: int) -> _Measured:

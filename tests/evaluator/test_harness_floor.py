@@ -7,8 +7,10 @@ import itertools
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from agentforge.evaluator import timing
+from agentforge.evaluator.hardware.ceilings import measure_ceilings
 from agentforge.evaluator.pipeline import run_pipeline
 from agentforge.evaluator.result import (
     CompileRecord,
@@ -89,14 +91,20 @@ def relu_job(rows: int, cols: int, **changes: Any) -> EvalJob:
                    measure=Measure(baselines=("eager",)), timing=TimingConfig(max_reps=30, time_cap_s=0.5), **changes)
 
 
-def test_the_pipeline_records_the_floor_and_marks_a_tiny_shape_overhead_bound_not_a_large_one() -> None:
+def test_the_pipeline_records_the_floor_and_marks_a_tiny_shape_overhead_bound_not_a_large_one(tmp_path: Path
+                                                                                               ) -> None:
     torch.set_num_threads(1)
+    measure_ceilings("cpu", cache_dir=tmp_path, copy_bytes=16 * 2**20, gemm_n=256, repeats=3, threads=1)
     tiny = run_pipeline(relu_job(4, 32))
     assert tiny.status == Status.OK, tiny.summary()
     assert tiny.floor_us is not None and tiny.floor_us > 0 and tiny.timing.floor.n == tiny.timing.candidate.n
     assert {"candidate", "eager"} <= set(tiny.timing.overhead_bound) and tiny.headline_speedup is None
     assert any("overhead-bound" in note for note in tiny.timing.notes)
-    large = run_pipeline(relu_job(2048, 2048))
+    large = run_pipeline(relu_job(2048, 2048, cache_dir=str(tmp_path)))
     assert large.status == Status.OK, large.summary()
     assert large.timing.overhead_bound == () and large.headline_speedup == large.speedup
     assert large.eager_us > 20 * large.floor_us
+    # CPU ceilings measured on the evaluator's one thread give the roofline a floor and a SoL fraction.
+    roof = large.roofline
+    assert roof.ceilings_source == "measured" and roof.floor_us > 0 and roof.label == "memory-bound"
+    assert roof.sol_fraction == pytest.approx(roof.floor_us / large.candidate_us)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from agentforge.evaluator.hardware.ceilings import (
@@ -66,9 +67,27 @@ def test_measure_on_cpu_writes_and_reloads(tmp_path) -> None:
     assert data["memory_bandwidth_gbs"] > 0.1 and data["peak_tflops"]["fp32"] > 0
     assert data["details"]["copy_bytes"] == 8 * 1024 * 1024
     assert measured.sources == {"bandwidth": "measured", "fp32": "measured"}
-    again = load_ceilings("cpu", path=path)
+    again = load_ceilings("cpu", path=path, threads=1)
     assert again.memory_bandwidth_gbs == data["memory_bandwidth_gbs"]
     assert again.peak_tflops["fp32"] == data["peak_tflops"]["fp32"]
+
+
+def test_cpu_ceilings_hold_for_the_threads_they_were_measured_on(tmp_path) -> None:
+    import torch
+
+    saved = torch.get_num_threads()
+    measured = measure_ceilings("cpu", cache_dir=tmp_path, copy_bytes=8 * 1024 * 1024, gemm_n=128, repeats=2,
+                                threads=1)
+    assert torch.get_num_threads() == saved  # measured on 1 thread, then put back
+    data = json.loads((tmp_path / "ceilings" / Path(measured.path).name).read_text())
+    assert Path(measured.path).name.endswith("-1t.json") and data["threads"] == 1
+    assert data["details"]["threads"] == 1
+    # Streams from 4 MiB up: a size per factor of 4, each with a copy and a read figure; the best is the ceiling.
+    streams = data["details"]["bandwidth_gbs_by_bytes"]
+    assert list(streams) == [str(4 * 2**20)] and set(streams[str(4 * 2**20)]) == {"copy_gbs", "read_gbs"}
+    assert data["memory_bandwidth_gbs"] == pytest.approx(max(streams[str(4 * 2**20)].values()), abs=0.05)
+    assert load_ceilings("cpu", cache_dir=tmp_path, threads=1).sources["bandwidth"] == "measured"
+    assert load_ceilings("cpu", cache_dir=tmp_path, threads=2).sources == {}  # another thread count: unknown
 
 
 def test_cpu_without_measurement_has_no_figures(tmp_path) -> None:

@@ -40,6 +40,7 @@ def test_gpu_measure_cpu_records_ceilings(tmp_path) -> None:
     result = runner.invoke(app, ["gpu", "--measure", "--device", "cpu", "--json", "--cache-dir", str(tmp_path)])
     assert result.exit_code == 0, result.output
     ceilings = json.loads(result.output)["ceilings"]
+    assert json.loads(result.output)["threads"] == 1  # the evaluator's CPU pin
     assert ceilings["sources"] == {"bandwidth": "measured", "fp32": "measured"}
     assert ceilings["memory_bandwidth_gbs"] > 0 and ceilings["peak_tflops"]["fp32"] > 0
     files = list((tmp_path / "ceilings").glob("*.json"))
@@ -47,6 +48,9 @@ def test_gpu_measure_cpu_records_ceilings(tmp_path) -> None:
     # a later plain call reads them back
     again = runner.invoke(app, ["gpu", "--device", "cpu", "--cache-dir", str(tmp_path)])
     assert again.exit_code == 0 and "measured" in again.output
+    # ... for the thread count they were measured on only
+    other = runner.invoke(app, ["gpu", "--device", "cpu", "--threads", "2", "--json", "--cache-dir", str(tmp_path)])
+    assert other.exit_code == 0 and json.loads(other.output)["ceilings"]["sources"] == {}
 
 
 def test_gpu_device_cuda_without_gpu(tmp_path) -> None:
