@@ -23,7 +23,7 @@ app = typer.Typer(
 )
 
 # In the order `--help` lists them.
-COMMAND_MODULES = ("optimize", "eval", "tasks", "kernels", "gpu", "doctor", "leaderboard", "rl")
+COMMAND_MODULES = ("optimize", "export", "eval", "tasks", "kernels", "gpu", "doctor", "leaderboard", "rl")
 
 
 def _register_all() -> None:
