@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import tomllib
 import typing
 from collections.abc import Mapping
@@ -26,7 +27,8 @@ class SettingsError(ValueError):
 
 def _s(default: Any, help: str, **kw: Any) -> Any:
     """A setting: its default, its help text, and its bounds (`gt`, `ge`, `le`: numbers must lie
-    within them; every float must be finite) or `choices`."""
+    within them; every float must be finite), `choices`, or a `pattern` (a regular expression the
+    whole text must match, said to the user as `pattern_help`)."""
     if isinstance(default, list | dict):
         return field(default_factory=lambda: type(default)(default), metadata={"help": help, **kw})
     return field(default=default, metadata={"help": help, **kw})
@@ -88,6 +90,11 @@ class AgentSettings:
     sol_stop: float = _s(0.95, "stop when the best kernel reaches this fraction of speed of light", gt=0)
     max_failed_repairs: int = _s(3, "revert to the best correct kernel after this many failed repairs", ge=0)
     slower_revert_ratio: float = _s(1.5, "a candidate this much slower than the best is not kept as base", gt=0)
+    target: str = _s("compile", "what the run aims at: compile (beat torch.compile), eager (beat eager PyTorch), "
+                     "or sol:F (reach F of speed of light, then stop); the judge is steered by the gap to it, "
+                     "and a plateau does not stop a kernel short of it while its roofline gap is large",
+                     pattern=r"compile|eager|sol:(0?\.\d*[1-9]\d*|1(\.0*)?)", pattern_help="compile, eager, or sol:F "
+                     "with 0 < F <= 1 (e.g. sol:0.8)")
 
 
 @dataclass
@@ -237,6 +244,8 @@ def _problem(f: dataclasses.Field[Any], value: Any) -> str | None:
         return None
     if "choices" in meta and value not in meta["choices"]:
         return f"is {value!r}; choose one of: {', '.join(meta['choices'])}"
+    if "pattern" in meta and not (isinstance(value, str) and re.fullmatch(meta["pattern"], value)):
+        return f"is {value!r}; use {meta['pattern_help']}"
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     if isinstance(value, float) and not math.isfinite(value):

@@ -1,10 +1,15 @@
-"""When the loop stops: rounds, dollars, wall time, a plateau, or a kernel near speed of light."""
+"""When the loop stops: rounds, dollars, wall time, a plateau, or a kernel near speed of light.
+
+A plateau ends a run only when its best kernel met the run's target (`agent.target`), or when it
+is short of it but its roofline gap is not known to be large: a correct kernel slower than the
+target, far below speed of light, is not done while a budget remains."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+from agentforge.agent.target import large_gap, parse_target
 from agentforge.settings import AgentSettings
 
 
@@ -24,8 +29,12 @@ def stop_reason(state: Mapping[str, Any], limits: AgentSettings, planned_rounds:
         return f"cost: ${cost:.4f} reached the budget of ${limits.max_cost_usd:.4f}"
     if minutes >= limits.max_minutes:
         return f"time: {minutes:.1f} min reached the budget of {limits.max_minutes:g} min"
-    if best and int(state.get("flat_rounds", 0)) >= limits.plateau_rounds:
+    target = parse_target(limits.target)
+    plateau = bool(best) and int(state.get("flat_rounds", 0)) >= limits.plateau_rounds
+    if plateau and (target.reached(best) or not large_gap(best)):
         return f"plateau: no improvement in {state.get('flat_rounds')} rounds"
     if sol is not None and sol >= limits.sol_stop:
         return f"speed of light: the best kernel reaches {sol:.0%} (stop at {limits.sol_stop:.0%})"
+    if target.kind == "sol" and target.reached(best):
+        return f"target reached: the best kernel reaches {sol:.0%} of speed of light (target {limits.target})"
     return None

@@ -25,6 +25,7 @@ from agentforge.agent.schemas import (
     verdict_to_dict,
 )
 from agentforge.agent.state import KernelRef, Pending, RoundRecord, RunState
+from agentforge.agent.target import parse_target, performance_text
 from agentforge.candidate import Candidate, NoCodeError, Provenance, extract_code
 from agentforge.evaluator.result import EvalResult, Status
 from agentforge.llm.base import Completion, Message, Provider, ProviderError
@@ -283,6 +284,7 @@ def judge(state: RunState, deps: Deps) -> dict[str, Any]:
         f"judge_{mode}", round=state["round"], task_name=deps.task.name,
         reference=deps.task.source.strip(), base_hash=base["code_hash"], base_source=_source(deps, base),
         result=result_text, device_spec=deps.device_spec, history=_history(state, deps), shapes=deps.shape_note,
+        performance=performance_text(parse_target(deps.limits.target), _result(deps, base), base),
     )
     messages = [Message("system", prompts.render("judge_system")), Message("user", user)]
     refs: dict[str, str | None] = {"prompt_ref": deps.store.put_json(

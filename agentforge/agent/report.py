@@ -42,6 +42,7 @@ def render_report(state: Mapping[str, Any], store: ArtifactStore, meta: Mapping[
         f"- Provider: {meta.get('provider')} (coder {meta.get('coder_model')}, "
         f"judge {meta.get('judge_model')})",
         f"- Stopped: {state.get('stop_reason') or 'not yet'}",
+        f"- Target: {(meta.get('agent') or {}).get('target', 'compile')}",
         f"- Rounds: {state.get('round', 0)}; working time {float(state.get('elapsed_s', 0)) / 60:.1f} min",
         f"- LLM: {usage.get('calls', 0)} calls, {usage.get('input_tokens', 0)} input + "
         f"{usage.get('output_tokens', 0)} output tokens, ${usage.get('cost_usd', 0.0):.4f}, "

@@ -37,6 +37,7 @@ def optimize_command(
     max_cost_usd: Annotated[float | None, typer.Option(help=describe("agent.max_cost_usd"))] = None,
     max_minutes: Annotated[float | None, typer.Option(help=describe("agent.max_minutes"))] = None,
     max_tokens: Annotated[int | None, typer.Option(help=describe("provider.max_tokens"))] = None,
+    target: Annotated[str | None, typer.Option(help=describe("agent.target"))] = None,
     resume: Annotated[str | None, typer.Option(help="continue the run with this id from its last finished step")
                       ] = None,
     out: Annotated[str | None, typer.Option(help=describe("runs_dir"))] = None,
@@ -58,7 +59,8 @@ def optimize_command(
     settings = build_settings(
         config, provider__name=provider, provider__model=model, provider__judge_model=judge_model,
         provider__base_url=base_url, provider__max_tokens=max_tokens, eval__backend=backend,
-        agent__max_rounds=max_rounds, agent__max_cost_usd=max_cost_usd, agent__max_minutes=max_minutes, runs_dir=out,
+        agent__max_rounds=max_rounds, agent__max_cost_usd=max_cost_usd, agent__max_minutes=max_minutes,
+        agent__target=target, runs_dir=out,
         sandbox__isolation=isolation,
     )
     check_sandbox(settings)
@@ -83,7 +85,7 @@ def optimize_command(
                 baselines=("eager", "compile") if compile_baseline else ("eager",),
                 timing=TimingConfig(**QUICK_TIMING) if quick else None,
                 shapes=tuple(shape or ()),
-                limits=_explicit_limits(max_rounds, max_cost_usd, max_minutes) if resume else None,
+                limits=_explicit_limits(max_rounds, max_cost_usd, max_minutes, target) if resume else None,
                 on_activity=view.activity, on_retry=view.retry,
             )
     except (RunError, ProviderError, TaskLoadError) as exc:
@@ -141,10 +143,10 @@ def _provider_of_run(config: str | None, out: str | None, run_id: str) -> str | 
     return meta.get("provider") if meta else None
 
 
-def _explicit_limits(max_rounds: int | None, max_cost_usd: float | None, max_minutes: float | None
-                     ) -> dict[str, Any]:
-    """On --resume, only the budgets given on this command line replace the run's own."""
-    given = {"max_rounds": max_rounds, "max_cost_usd": max_cost_usd, "max_minutes": max_minutes}
+def _explicit_limits(max_rounds: int | None, max_cost_usd: float | None, max_minutes: float | None,
+                     target: str | None = None) -> dict[str, Any]:
+    """On --resume, only the budgets (and target) given on this command line replace the run's own."""
+    given = {"max_rounds": max_rounds, "max_cost_usd": max_cost_usd, "max_minutes": max_minutes, "target": target}
     return {k: v for k, v in given.items() if v is not None}
 
 
