@@ -284,8 +284,10 @@ def best_headline(best: dict[str, Any], measured: dict[str, Any]) -> str:
             text += f", {_x(best.get('speedup_vs_compile'))} vs torch.compile"
     sol = measured.get("sol_fraction")
     if sol is not None:
-        text += (f"; roofline: {100 * sol:.0f} % of the {measured.get('roofline_label')} speed of light "
-                 f"({measured.get('ceilings_source')} ceilings)")
+        label = measured.get("roofline_label")
+        kind = f"{label}, " if label and label != "unknown" else ""
+        source = measured.get("ceilings_source")
+        text += f"; roofline: {100 * sol:.0f} % of the speed of light ({kind}{source} ceilings)"
     else:
         text += "; roofline: unknown (no ceilings for this device: `agentforge gpu --measure`)"
     return text

@@ -7,7 +7,7 @@ Call these:
   (2*N^3 / time) in bf16, fp16, fp32 (TF32 off) and tf32, timed with CUDA events; on the CPU,
   on `threads` threads (the evaluator pins CPU jobs to one by default), streams from 4 MiB up to
   `copy_bytes` (a copy and a read-only sum: data beyond a core's private caches, where the
-  evaluator's flush leaves it) and a float32 matmul, timed with `time.perf_counter`. The best
+  evaluator's flush leaves it) and fp32, bf16 and fp16 matmuls, timed with `time.perf_counter`. The best
   repeat, and on the CPU the best stream and size, is kept (a ceiling must be reachable, so that
   the floor derived from it stays a lower bound), and the result is written as JSON to `path`, by
   default `<cache_dir>/ceilings/<device-slug>.json` (`<cpu-slug>-<threads>t.json` on the CPU: a
@@ -282,16 +282,32 @@ def _measure_cpu(copy_bytes: int, gemm_n: int, repeats: int, threads: int) -> _M
         while size <= copy_bytes:
             by_size[str(size)] = _streams_gbs(size, repeats)
             size *= 4
-        a = torch.randn(gemm_n, gemm_n, dtype=torch.float32)
-        b = torch.randn(gemm_n, gemm_n, dtype=torch.float32)
-        gemm_s = _best(_time_host(lambda: torch.mm(a, b), repeats))
+        # Half GEMMs without matrix units run at a fraction of fp32's rate: smaller, fewer repeats.
+        half_n, half_repeats = max(gemm_n // 2, 1), min(repeats, 3)
+        gemm_s = {"fp32": _gemm_s(torch.float32, gemm_n, repeats),
+                  "bf16": _gemm_s(torch.bfloat16, half_n, half_repeats),
+                  "fp16": _gemm_s(torch.float16, half_n, half_repeats)}
     finally:
         torch.set_num_threads(saved)
     bandwidth = max(v for stream in by_size.values() for v in stream.values())
-    details = {"method": "host perf_counter, best of repeats; bandwidth: best stream and size",
-               "copy_bytes": copy_bytes, "gemm_n": gemm_n, "repeats": repeats, "threads": threads,
-               "torch": torch.__version__, "bandwidth_gbs_by_bytes": by_size, "gemm_fp32_s": gemm_s}
-    return bandwidth, {"fp32": 2 * gemm_n**3 / gemm_s / 1e12}, details
+    fp32 = 2 * gemm_n**3 / gemm_s["fp32"] / 1e12
+    # A half-precision operation can always run in fp32 (CPU kernels widen bf16 and fp16 to compute):
+    # a half peak below the fp32 one (no AMX or AVX512-FP16 GEMM) would make a floor no kernel obeys.
+    peaks = {"fp32": fp32, **{k: max(fp32, 2 * half_n**3 / gemm_s[k] / 1e12) for k in ("bf16", "fp16")}}
+    details = {"method": "host perf_counter, best of repeats; bandwidth: best stream and size; half peaks at "
+               "least the fp32 one", "copy_bytes": copy_bytes, "gemm_n": gemm_n, "half_gemm_n": half_n,
+               "repeats": repeats, "threads": threads, "torch": torch.__version__, "bandwidth_gbs_by_bytes": by_size,
+               **{f"gemm_{k}_s": v for k, v in gemm_s.items()}}
+    return bandwidth, peaks, details
+
+
+def _gemm_s(dtype: Any, n: int, repeats: int) -> float:
+    """Best time of an n x n x n torch.mm in `dtype` on the current torch threads."""
+    import torch
+
+    a = torch.randn(n, n).to(dtype)
+    b = torch.randn(n, n).to(dtype)
+    return _best(_time_host(lambda: torch.mm(a, b), repeats))
 
 
 def _measure_gpu(index: int, copy_bytes: int | None, gemm_n: int, repeats: int) -> _Measured:

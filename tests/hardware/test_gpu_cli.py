@@ -41,7 +41,7 @@ def test_gpu_measure_cpu_records_ceilings(tmp_path) -> None:
     assert result.exit_code == 0, result.output
     ceilings = json.loads(result.output)["ceilings"]
     assert json.loads(result.output)["threads"] == 1  # the evaluator's CPU pin
-    assert ceilings["sources"] == {"bandwidth": "measured", "fp32": "measured"}
+    assert ceilings["sources"] == {k: "measured" for k in ("bandwidth", "fp32", "bf16", "fp16")}
     assert ceilings["memory_bandwidth_gbs"] > 0 and ceilings["peak_tflops"]["fp32"] > 0
     files = list((tmp_path / "ceilings").glob("*.json"))
     assert [str(f) for f in files] == [ceilings["path"]]
