@@ -216,7 +216,8 @@ def thread_cpu_us(pid: int) -> dict[int, float]:
     return threads
 
 
-def _cpu_ns(clock: int | None) -> int | None:
+def cpu_ns(clock: int | None) -> int | None:
+    """The reading of a CPU-time clock from `process_cpu_clock`, or None (no clock, or its process ended)."""
     if clock is None:
         return None
     try:
@@ -332,7 +333,7 @@ class RemoteModel:
         # to spend up to 1.7x the CPU its call took on small inputs).
         if self.flush:
             self.client.request("flush")
-        cpu_begin = _cpu_ns(self.cpu_clock)
+        cpu_begin = cpu_ns(self.cpu_clock)
         begin = _perf_counter_ns()
         fields, sent = self._arena_inputs(buffers)
         landing, sent_landing = self._landing_fields()
@@ -345,7 +346,7 @@ class RemoteModel:
             raise WorkerBroken("a timed call's reply carries no output")
         output = self._landed(reply["output"], copy=False) if want_output else None
         wall = (_perf_counter_ns() - begin) / 1e3
-        cpu_end = _cpu_ns(self.cpu_clock)
+        cpu_end = cpu_ns(self.cpu_clock)
         cpu = (cpu_end - cpu_begin) / 1e3 if cpu_begin is not None and cpu_end is not None else None
         device_us, closed_us = _finite_us(reply, "device_us"), _finite_us(reply, "closed_us")
         return device_us, closed_us, output, wall, cpu

@@ -12,7 +12,7 @@ import torch
 from agentforge.evaluator import op_observer, timing
 from agentforge.evaluator.compare import compare, reference_output_dtypes
 from agentforge.evaluator.guards import ConcurrencyWatch
-from agentforge.evaluator.remote import Clock, RemoteModel, thread_cpu_us
+from agentforge.evaluator.remote import Clock, RemoteModel, cpu_ns, thread_cpu_us
 from agentforge.evaluator.result import TimingConfig, TimingRecord
 from agentforge.evaluator.stage_correctness import upcast
 
@@ -130,17 +130,29 @@ def busy_threads(before: dict[int, float], after: dict[int, float], main: int, c
     return {tid: cpu for tid, cpu in ran.items() if tid == main or cpu >= floor}
 
 
-def thread_oversubscription(busy: dict[int, float], threads: int) -> str | None:
+def ended_threads_us(process_us: float, before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU time (us) in the loop of worker threads that are no longer listed at its end: the process's
+    CPU-time clock counts every thread, live or ended; the census only the live ones. A thread started
+    and joined inside each call leaves its work here."""
+    live = sum(cpu - before.get(tid, 0.0) for tid, cpu in after.items())
+    return max(process_us - live, 0.0)
+
+
+def thread_oversubscription(busy: dict[int, float], threads: int, ended_us: float = 0.0) -> str | None:
     """Evidence when more threads worked than the candidate may use. On one thread nothing else in the
     worker runs; with T > 1 two OpenMP runtimes (torch's, for the harness's flush and copies, and the
     candidate's own) may each keep T - 1 workers, so up to 2T - 1 busy threads are allowed there and
-    the CPU clock bounds the rest."""
+    the CPU clock bounds the rest. Threads that ended during the loop having worked at least
+    BUSY_THREAD_US count as one more."""
     allowed = 1 if threads <= 1 else 2 * threads - 1
-    if len(busy) <= allowed:
+    working = len(busy) + (1 if ended_us >= BUSY_THREAD_US else 0)
+    if working <= allowed:
         return None
     ran = ", ".join(f"{cpu / 1e3:.1f} ms" for cpu in sorted(busy.values(), reverse=True)[:8])
-    return (f"{len(busy)} threads of the worker ran during the timed loop (CPU each: {ran}; read by the judge "
-            f"from /proc); the candidate was given {threads} thread(s), as the baselines were")
+    ended = f"; threads that ended during the loop ran {ended_us / 1e3:.1f} ms" if ended_us >= BUSY_THREAD_US else ""
+    return (f"{working} threads of the worker worked during the timed loop (live, CPU each: {ran}{ended}; read "
+            f"by the judge from /proc and the process's CPU clock); the candidate was given {threads} thread(s), "
+            "as the baselines were")
 
 
 def task_precision(outputs: Any, dtypes: tuple[torch.dtype, ...] | None) -> list[torch.Tensor]:
@@ -244,11 +256,13 @@ def measure(task: Task, shape: str, candidate: RemoteModel, reference: torch.nn.
                 notes.append(f"torch.compile mode={mode} failed: {type(exc).__name__}: {str(exc)[:200]}")
     after_compile = ConcurrencyWatch.start()
     subjects.append(timing.floor_subject(task_precision(outputs_like, dtypes), device))
+    process_before = cpu_ns(candidate.cpu_clock)
     threads_before = thread_cpu_us(candidate.client.pid)
     with op_observer.observing():  # the worker times the candidate under it: the same cost for every subject
         run = timing.run_interleaved(subjects, buffers, refill, device, config, recheck, seed=seed,
                                      crosscheck=crosscheck if config.recheck_fraction > 0 else None)
     threads_after = thread_cpu_us(candidate.client.pid)
+    process_after = cpu_ns(candidate.cpu_clock)
     evidence = [("timed_output_mismatch", f) for f in run.recheck_failures[:3]]
     cand = run.subjects["candidate"]
     threads = (cpu_threads or torch.get_num_threads()) if device.type == "cpu" else None
@@ -259,9 +273,12 @@ def measure(task: Task, shape: str, candidate: RemoteModel, reference: torch.nn.
         cand.samples_us = clock.substitute_us
     if threads is not None and threads_after:
         busy = busy_threads(threads_before, threads_after, candidate.client.pid, sum(cand.samples_us))
+        ended = (ended_threads_us((process_after - process_before) / 1e3, threads_before, threads_after)
+                 if process_before is not None and process_after is not None else 0.0)
         notes.append(f"worker threads that worked in the timed loop: {len(busy)} of {len(threads_after)} "
-                     "(CPU ms: " + ", ".join(f"{cpu / 1e3:.1f}" for cpu in busy.values()) + ")")
-        oversubscribed = thread_oversubscription(busy, threads)
+                     "(CPU ms: " + ", ".join(f"{cpu / 1e3:.1f}" for cpu in busy.values())
+                     + f"; ended threads {ended / 1e3:.2f})")
+        oversubscribed = thread_oversubscription(busy, threads, ended)
         if oversubscribed:
             evidence.append(("thread_oversubscription", oversubscribed))
     if device.type == "cuda":

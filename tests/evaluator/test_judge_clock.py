@@ -17,7 +17,13 @@ import torch
 from agentforge.evaluator.remote import Clock, WorkerClient
 from agentforge.evaluator.result import TimingConfig
 from agentforge.evaluator.stage_correctness import build_remote
-from agentforge.evaluator.stage_timing import busy_threads, clock_disagreement, measure, thread_oversubscription
+from agentforge.evaluator.stage_timing import (
+    busy_threads,
+    clock_disagreement,
+    ended_threads_us,
+    measure,
+    thread_oversubscription,
+)
 
 from agentforge.task import Task
 
@@ -137,7 +143,7 @@ def test_a_second_working_thread_is_oversubscription(tmp_path: Path) -> None:
     source = BUSY.format(extra="") + HELPER_THREAD
     evidence, _ = timed(source, tmp_path, BUSY_CONFIG)
     found = [ev for rule, ev in evidence if rule == "thread_oversubscription"]
-    assert found and "2 threads of the worker ran" in found[0], evidence
+    assert found and "2 threads of the worker worked" in found[0], evidence
 
 
 REPEAT_DETECTOR = '''
@@ -241,3 +247,15 @@ def test_busy_threads_and_the_allowance() -> None:
     assert thread_oversubscription(busy, threads=1) is not None
     assert thread_oversubscription(busy, threads=2) is None  # 2T - 1 = 3 working threads allowed
     assert thread_oversubscription({10: 40_000.0}, threads=1) is None
+
+
+def test_threads_that_ended_during_the_loop_are_counted_from_the_process_clock() -> None:
+    """A team started and joined inside every call is gone from /proc by the loop's end; its CPU is in
+    the process clock, not in the live threads', and it counts as one more working thread."""
+    before = {10: 1000.0, 11: 0.0}
+    after = {10: 9000.0, 11: 0.0}
+    assert ended_threads_us(8000.0 + 50.0, before, after) == pytest.approx(50.0)
+    ended = ended_threads_us(8000.0 + 3000.0, before, after)
+    assert ended == pytest.approx(3000.0)
+    assert thread_oversubscription({10: 8000.0}, threads=1, ended_us=ended) is not None
+    assert thread_oversubscription({10: 8000.0}, threads=1, ended_us=50.0) is None
