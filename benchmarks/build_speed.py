@@ -10,12 +10,18 @@ state never helps one), all in one scratch build cache:
 * `cold_pch_warm`: a source never built before, the precompiled header in the cache: the cold
   build every kernel after the first meets.
 * `warm`: the same source again (a cache hit): load only.
+* `sandboxed`: the cold build as a user meets it: `agentforge`'s evaluation of a new candidate
+  through the process sandbox (its file-size limit, unprivileged uid), the header prebuilt by the
+  parent into the cache's trusted tree (`evaluator/header_prebuild.py`, run for real first); the
+  seconds are the build's own, from the verdict's compile record (`--sandboxed` only, alternated
+  with `torch_load_inline` so the machine's load hits both alike).
 
 Each build records its wall seconds, the CPU seconds of the compiler processes it ran (less
 sensitive than wall time to other work on the machine) and the load average around it. Sources
 differ by a comment only, so each cold build is new to the cache and costs the same.
 
     python benchmarks/build_speed.py [--out results/benchmarks/build_speed-<date>.json] [--repeats 3]
+    python benchmarks/build_speed.py --sandboxed [--repeats 3]   # the sandboxed mode alone
 """
 
 from __future__ import annotations
@@ -51,7 +57,41 @@ torch::Tensor relu_forward(torch::Tensor x) {
 }
 // variant SALT
 """
-MODES = ("torch_load_inline", "fully_cold", "cold_pch_warm", "warm")
+MODES = ("torch_load_inline", "fully_cold", "cold_pch_warm", "warm", "sandboxed")
+REPO = Path(__file__).resolve().parent.parent
+CANDIDATE = REPO / "tests" / "evaluator" / "candidates" / "relu_load_inline_cpp.py"
+
+
+def sandboxed_builds(cache: str, repeats: int) -> list[dict]:
+    """Prebuild the header as the CLI's parent does, then evaluate `repeats` new candidates through
+    the sandbox (build and correctness only) and read each build's seconds from its verdict."""
+    from agentforge.evaluator.api import evaluate, make_job
+    from agentforge.evaluator.result import Measure
+    from agentforge.sandbox import SandboxConfig
+
+    from agentforge.candidate import Candidate
+    from agentforge.task import load_task
+
+    prebuilt = subprocess.run([sys.executable, "-m", "agentforge.evaluator.header_prebuild", "--cache", cache,
+                               "--spec", json.dumps({"cflags": [], "includes": [], "cuda": False})],
+                              capture_output=True, text=True, timeout=1800)
+    if prebuilt.returncode != 0 or "built in" not in prebuilt.stdout:
+        raise RuntimeError(f"the header prebuild failed:\n{prebuilt.stdout}{prebuilt.stderr[-3000:]}")
+    task, rows = load_task("level1/relu"), []
+    for r in range(repeats):
+        source = CANDIDATE.read_text().replace("return out;", f"return out;  // sandboxed {r}")
+        load_avg = os.getloadavg()[0]
+        job = make_job(task, Candidate(source, "cpu"), device="cpu", shapes=("small",),
+                       measure=Measure(timing=False, baselines=()), cache_dir=cache)
+        result = evaluate(job, SandboxConfig(cache_dir=cache, warm_spares=0))
+        if result.compile is None or not result.compile.ok or result.compile.cached:
+            raise RuntimeError(f"sandboxed build {r}: {result.status} {result.error}")
+        rows.append({"mode": "sandboxed", "salt": f"sandboxed{r}", "seconds": result.compile.seconds,
+                     "compiler_cpu_s": None, "cached": False,
+                     "pch": result.compile.log_tail.splitlines()[0], "load_avg_before": load_avg,
+                     "load_avg_after": os.getloadavg()[0]})
+        rows.append(run_one("torch_load_inline", cache, f"torch{r}"))  # alternated: the load hits both alike
+    return rows
 
 
 def build_once(mode: str, cache: str, salt: str) -> dict:
@@ -104,39 +144,52 @@ def machine() -> dict:
 
 def summary(rows: list[dict]) -> dict:
     seconds = [r["seconds"] for r in rows]
-    cpu = [r["compiler_cpu_s"] for r in rows]
+    cpu = [r["compiler_cpu_s"] for r in rows if r["compiler_cpu_s"] is not None]
     return {"n": len(rows), "median_s": statistics.median(seconds), "min_s": min(seconds), "max_s": max(seconds),
-            "median_compiler_cpu_s": statistics.median(cpu)}
+            "median_compiler_cpu_s": statistics.median(cpu) if cpu else None}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=f"results/benchmarks/build_speed-{datetime.now(UTC):%Y-%m-%d}.json")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--sandboxed", action="store_true", help="measure the sandboxed mode alone")
     args = parser.parse_args()
     started = datetime.now(UTC)
     rows: list[dict] = []
-    with tempfile.TemporaryDirectory(prefix="build-speed-") as cache:
-        rows.append(run_one("fully_cold", cache, "first"))
+    pch_bytes = None
+    if args.sandboxed:
+        with tempfile.TemporaryDirectory(prefix="build-speed-") as cache:
+            rows = sandboxed_builds(cache, args.repeats)
+        if args.out.startswith("results/benchmarks/build_speed-"):
+            args.out = args.out.replace("build_speed-", "build_speed_sandboxed-")
+    else:
+        _all_modes(rows, args.repeats)
         pch = Path(rows[0]["pch"].split(" (")[0])
         pch_bytes = pch.stat().st_size if pch.is_file() else None
-        for r in range(args.repeats):  # interleaved, so the machine's other work hits every mode alike
-            rows.append(run_one("torch_load_inline", cache, f"torch{r}"))
-            rows.append(run_one("cold_pch_warm", cache, f"new{r}"))
-            rows.append(run_one("warm", cache, f"new{r}"))
     report = {
         "benchmark": "build_speed",
         "when": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "machine": machine(),
         "notes": __doc__,
         "precompiled_header_bytes": pch_bytes,
-        "modes": {mode: summary([r for r in rows if r["mode"] == mode]) for mode in MODES},
+        "modes": {mode: summary([r for r in rows if r["mode"] == mode]) for mode in MODES
+                  if any(r["mode"] == mode for r in rows)},
         "runs": rows,
     }
     text = json.dumps(report, indent=1)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text + "\n")
     print(text)
+
+
+def _all_modes(rows: list[dict], repeats: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="build-speed-") as cache:
+        rows.append(run_one("fully_cold", cache, "first"))
+        for r in range(repeats):  # interleaved, so the machine's other work hits every mode alike
+            rows.append(run_one("torch_load_inline", cache, f"torch{r}"))
+            rows.append(run_one("cold_pch_warm", cache, f"new{r}"))
+            rows.append(run_one("warm", cache, f"new{r}"))
 
 
 if __name__ == "__main__":
