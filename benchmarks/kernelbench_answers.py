@@ -22,9 +22,12 @@ For each answer (levels 1-2 by default, those passing CUDA sources to `load_inli
 Agreement: our verdict is `compile_error` exactly where torch's build fails an object, and a
 built verdict (`ok`, or `integrity_flag` when only integrity rules fired) where it compiles them
 all; an answer that never calls `load_inline` with CUDA sources is `no_cuda_build` on both sides.
+Answers this evaluator refuses before compiling (flags that change numerics, `--use_fast_math`)
+are listed apart: that is its rule, not a compiler's verdict.
 
-    python benchmarks/kernelbench_answers.py --git /path/to/CUDA-L1.git [--limit 40] \\
+    python benchmarks/kernelbench_answers.py --git /path/to/CUDA-L1.git [--limit 40] [--start N] \\
         [--out results/benchmarks/kernelbench_answers-<date>.json]
+    python benchmarks/kernelbench_answers.py --merge part1.json part2.json --out all.json
 
 `--git` is a clone (or bare mirror) of https://github.com/deepreinforce-ai/CUDA-L1 holding COMMIT.
 """
@@ -209,6 +212,10 @@ def torch_verdict(capture: dict[str, Any], nvcc_home: str) -> dict[str, Any]:
             "first_error": failed[0]["first_error"] if failed else "", "capture_note": capture.get("error", "")}
 
 
+def refused_by_policy(ours: dict[str, Any]) -> bool:
+    return ours["status"] == "compile_error" and ours["error"].startswith("forbidden compiler flags")
+
+
 def agree(ours: dict[str, Any], theirs: dict[str, Any]) -> bool:
     built = ours["status"] in ("ok", "integrity_flag") and ours["compiled"]
     return {"built": built, "compile_error": ours["status"] == "compile_error",
@@ -230,13 +237,21 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     def median(values: list[float]) -> float | None:
         return round(statistics.median(values), 2) if values else None
 
+    refused = [r for r in rows if refused_by_policy(r["ours"])]
+    judged = [r for r in rows if not refused_by_policy(r["ours"])]
     statuses: dict[str, int] = {}
     for row in rows:
         statuses[row["ours"]["status"]] = statuses.get(row["ours"]["status"], 0) + 1
     flagged = [r for r in rows if r["ours"]["flags"]]
+    built = [r for r in rows if r["torch"]["verdict"] == "built"]
+    failed = [r for r in rows if r["torch"]["verdict"] == "compile_error"]
     return {
-        "answers": len(rows), "agree": sum(r["agree"] for r in rows),
-        "disagreements": [r["where"] for r in rows if not r["agree"]],
+        "answers": len(rows), "judged_on_the_compiler": len(judged),
+        "agree": sum(agree(r["ours"], r["torch"]) for r in judged),
+        "disagreements": [r["where"] for r in judged if not agree(r["ours"], r["torch"])],
+        # Flags that change numerics (--use_fast_math, ...) are refused before any compiler runs: a
+        # rule of this evaluator, not a compiler's verdict, so these are not counted either way.
+        "refused_by_policy": [{"where": r["where"], "torch": r["torch"]["verdict"]} for r in refused],
         "our_statuses": statuses,
         "torch_compile_errors": sum(r["torch"]["verdict"] == "compile_error" for r in rows),
         "built_in_init_or_forward": sum(r["built_outside_module_body"] for r in rows),
@@ -248,6 +263,11 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "median_compile_cold_s": median([r["ours"]["compile_seconds_cold"] or 0.0 for r in rows]),
         "median_compile_warm_s": median([r["ours"]["compile_seconds_warm"] or 0.0 for r in rows]),
         "median_torch_build_s": median([r["torch"]["seconds"] for r in rows if r["torch"]["calls"]]),
+        # Where torch's build compiles everything the two do the same work; a failure ends ours early.
+        "built": {"answers": len(built), "median_verdict_cold_s": median([r["ours"]["seconds_cold"] for r in built]),
+                  "median_torch_build_s": median([r["torch"]["seconds"] for r in built])},
+        "failed": {"answers": len(failed), "median_verdict_cold_s": median([r["ours"]["seconds_cold"] for r in failed]),
+                   "median_torch_build_s": median([r["torch"]["seconds"] for r in failed])},
     }
 
 
@@ -262,11 +282,19 @@ def main() -> None:
     parser.add_argument("--git", type=Path, help="a clone or mirror of deepreinforce-ai/CUDA-L1")
     parser.add_argument("--limit", type=int, default=40)
     parser.add_argument("--levels", default="1,2")
+    parser.add_argument("--start", type=int, default=0, help="skip the first answers (another run has them)")
+    parser.add_argument("--merge", type=Path, nargs="+", help="merge the reports of runs on parts of the corpus")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--capture", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.capture:
         capture_main()
+        return
+    if args.merge:
+        merged = {row["where"]: row for path in args.merge for row in json.loads(path.read_text())["answers"]}
+        rows = list(merged.values())
+        report = write_report(args.out, rows) if args.out else {"summary": summarise(rows)}
+        print(json.dumps(report["summary"], indent=1))
         return
     from agentforge.evaluator.compile_only import cuda_home, find_nvcc
 
@@ -274,7 +302,7 @@ def main() -> None:
     if nvcc is None or args.git is None:
         parser.error("needs nvcc and --git")
     nvcc_home = cuda_home(nvcc) or str(Path(nvcc).resolve().parent.parent)
-    corpus = read_corpus(args.git, CUDA_L1, tuple(args.levels.split(",")), args.limit)
+    corpus = read_corpus(args.git, CUDA_L1, tuple(args.levels.split(",")), args.limit)[args.start:]
     rows = []
     with tempfile.TemporaryDirectory(prefix="kb-answers-") as scratch:
         for i, answer in enumerate(corpus):
