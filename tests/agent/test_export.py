@@ -43,7 +43,7 @@ print(json.dumps({
     "traced_ok": torch.allclose(traced, expected, rtol=1e-6, atol=1e-6),
     "eager_ok": torch.equal(pkg.Module()(x), reference(x)),
     "graph": graphs[0],
-    "kernel_module": type(pkg._kernel_module()).__module__,
+    "kernel_module": type(pkg._default.kernel).__module__,
     "registered": hasattr(torch.ops.agentforge, "relu_task"),
 }))
 '''
@@ -77,7 +77,8 @@ def test_export_then_a_fresh_process_runs_the_op_inside_torch_compile(honest_run
     assert (package / "_kernel.py").read_text() == (root / "runs" / run_id / "best_kernel.py").read_text()
     provenance = json.loads((package / "EXPORT.json").read_text())
     assert provenance["run_id"] == run_id and provenance["speedup_vs_eager"] > 0
-    assert len([line for line in (package / "example.py").read_text().splitlines() if line.strip()]) <= 10
+    example = (package / "example.py").read_text().split('"""')[-1]  # the code after its docstring
+    assert len([line for line in example.splitlines() if line.strip()]) <= 10
 
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "HOME": str(tmp_path)}
     done = subprocess.run([sys.executable, "-c", FRESH_PROCESS], capture_output=True, text=True, env=env,
@@ -109,3 +110,101 @@ def test_export_by_folder_with_a_name_and_refusals(honest_run, tmp_path, kernels
     refused = CliRunner().invoke(app, ["export", empty.run_id, "--runs", str(tmp_path / "runs")])
     assert refused.exit_code == 2
     assert "no correct kernel" in refused.output + (refused.stderr if refused.stderr_bytes else "")
+
+
+SCALE_TASK = """
+import torch
+
+ROWS, HIDDEN = 64, 48
+
+
+class Model(torch.nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(hidden))
+
+    def forward(self, x):
+        return x * self.weight
+
+
+def get_inputs():
+    return [torch.randn(ROWS, HIDDEN)]
+
+
+def get_init_inputs():
+    return [HIDDEN]
+"""
+
+SCALE_KERNEL = '''# fake: tag=scale us=5
+import ctypes
+
+import torch
+from agentforge.evaluator.native import load_cpp
+
+lib = load_cpp("scale_rows", r"""
+extern "C" void scale(const float* x, const float* w, float* y, long rows, long cols) {
+    for (long i = 0; i < rows; ++i)
+        for (long j = 0; j < cols; ++j) y[i * cols + j] = x[i * cols + j] * w[j];
+}""", openmp=False)
+
+
+class ModelNew(torch.nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(hidden))
+
+    def forward(self, x):
+        x, w = x.contiguous(), self.weight.contiguous()
+        y = torch.empty_like(x)
+        lib.scale(ctypes.c_void_p(x.data_ptr()), ctypes.c_void_p(w.data_ptr()), ctypes.c_void_p(y.data_ptr()),
+                  ctypes.c_long(x.shape[0]), ctypes.c_long(x.shape[1]))
+        return y
+'''
+
+WEIGHTS_PROCESS = r'''
+import json
+import torch
+import scale_kernel as pkg
+from scale_kernel import _reference as task
+
+graphs = []
+def record(gm, example_inputs):
+    graphs.append([str(node.target) for node in gm.graph.nodes])
+    return gm.forward
+
+torch.manual_seed(0); reference = task.Model(*task.get_init_inputs())
+torch.manual_seed(0); fast = pkg.Module(*task.get_init_inputs())
+x = torch.randn(7, 48)  # other rows than the task's: the fake implementation follows the input
+with torch.no_grad():
+    same = torch.allclose(torch.compile(fast, backend="aot_eager", fullgraph=True)(x), reference(x))
+    other = task.Model(48)  # weights of the user's own: loaded, they are the ones the kernel uses
+    assert fast.load_weights(other) is fast
+    loaded = torch.allclose(torch.compile(fast, backend=record, fullgraph=True)(x), other(x))
+    wide = pkg.Module(96)  # another layer size: its own meta reference sizes the output
+    t = torch.randn(3, 96)
+    wide_out = torch.compile(lambda u: wide(u) + 0.0, backend="aot_eager", fullgraph=True)(t)
+print(json.dumps({"same": same, "loaded": loaded, "graph": graphs[0], "wide": list(wide_out.shape),
+                  "wide_ok": torch.allclose(wide_out, t * wide.kernel.weight)}))
+'''
+
+
+def test_a_module_with_weights_passes_them_to_the_op_so_loaded_weights_count(tmp_path, kernels):
+    task = tmp_path / "scale.py"
+    task.write_text(SCALE_TASK)
+    settings = Settings(runs_dir=str(tmp_path / "runs"))
+    settings.eval.backend = "cpu"
+    settings.agent.max_rounds = 1
+    # The loop with a fake evaluation (the real one is above and in test_loop.py): the export is under test.
+    run = optimize(str(task), settings, provider=kernels.FakeProvider([kernels.fenced(SCALE_KERNEL)]),
+                   evaluate=kernels.fake_evaluate)
+    assert run.best is not None
+    out = CliRunner().invoke(app, ["export", run.run_id, "--runs", str(tmp_path / "runs"), "--to", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", WEIGHTS_PROCESS], capture_output=True, text=True, env=env,
+                          timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["same"] and seen["loaded"] and seen["wide_ok"], seen
+    assert "agentforge.scale.default" in seen["graph"]
+    assert seen["wide"] == [3, 96]
