@@ -123,12 +123,14 @@ def optimize(
     if not resume:
         run_id = run_id or _new_run_id(task.name)
         run_dir = runs_dir / run_id
+        # Before the folder exists: naming a server's model asks the server, which may be down.
+        models = {"coder_model": _model(provider, "coder"), "judge_model": _model(provider, "judge")}
         run_dir.mkdir(parents=True, exist_ok=False)
         meta = {
             "run_id": run_id, "task_ref": str(task.path or task_ref), "task_name": task.name,
             "task_hash": task.source_hash, "backend": backend, "device": device, "review": review,
             "device_spec": describe_device(device), "provider": provider.name,
-            "coder_model": _model(provider, "coder"), "judge_model": _model(provider, "judge"),
+            **models,
             "base_url": settings.provider.base_url, "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "agent": dataclasses.asdict(settings.agent), "baselines": list(baselines),
             "timing": dataclasses.asdict(timing) if timing else None, "shapes": list(shapes),

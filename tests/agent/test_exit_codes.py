@@ -53,6 +53,7 @@ def test_a_server_that_is_down_exits_3_after_one_line_per_retry(cli_env, relu_ta
     retries = [line for line in _stderr(result).splitlines() if "retry" in line]
     assert len(retries) == 2 and all("connection error" in line for line in retries)
     assert "connection error" in json.loads(result.stdout.strip().splitlines()[-1])["error"]
+    assert not (cli_env / "runs").exists() or not any((cli_env / "runs").iterdir())  # no half-made run
 
 
 def test_no_correct_kernel_exits_5_with_the_report(cli_env, relu_task, scripted):
