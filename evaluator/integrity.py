@@ -391,11 +391,17 @@ def _patching(tree: ast.Module, aliases: dict[str, str] | None = None) -> list[S
 
 
 def native_findings(opened: Iterable[str], symbols: Iterable[tuple[str, str]], needed: dict[str, list[str]],
-                    own: str = "") -> list[StaticFinding]:
+                    own: str = "", mapped: Iterable[str] = ()) -> list[StaticFinding]:
     """`library_fallback` from what the worker's audit hook saw candidate code do through `ctypes`
-    (libraries opened, symbols resolved; names assembled at run time included) and from what the
-    libraries it opened link against (`needed`: read from their ELF headers by the judge)."""
+    (libraries opened, symbols resolved; names assembled at run time included), from what the
+    libraries it opened link against (`needed`: read from their ELF headers by the judge), and from
+    the libraries mapped into the worker after its setup (`mapped`: read by the judge from
+    /proc/PID/maps, whatever opened them: cffi, or the loader called from native code)."""
     found = []
+    for path in mapped:
+        if _LINKED_LIBRARY.search(path.rsplit("/", 1)[-1]):
+            found.append(StaticFinding("library_fallback", f"the worker mapped {path} after its setup (read by the "
+                                                           "judge from /proc)"))
     for name in opened:
         if _NATIVE_LIBRARY.search(name.rsplit("/", 1)[-1]):
             found.append(StaticFinding("library_fallback", f"opened the library {name} through ctypes"))

@@ -296,6 +296,7 @@ def _final(client: WorkerClient) -> dict[str, Any]:
     if not isinstance(counts, dict) or not all(isinstance(k, str) and type(v) is int for k, v in counts.items()):
         raise WorkerBroken("the operator counts are malformed")
     reply["evidence"] = evidence_items(reply.get("evidence", []))
+    reply["mapped_since_setup"] = client.libraries_since_setup()  # the judge's own reading, not the worker's
     for key in ("launch_specs", "launch_problems"):
         if not isinstance(reply.get(key), list):
             raise WorkerBroken(f"{key} is malformed")
@@ -422,7 +423,7 @@ def _native_evidence(final: dict[str, Any]) -> list[integrity.StaticFinding]:
                if isinstance(p, list | tuple) and len(p) == 2][:2000]
     own = str(build_cache.cache_root())
     return integrity.native_findings(opened, symbols, elf_needed.needed([p for p in opened if p.startswith("/")]),
-                                     own=own)
+                                     own=own, mapped=final.get("mapped_since_setup", []))
 
 
 def _speed_flags(ctx: Context, timing_record: Any, roofline: Any) -> None:

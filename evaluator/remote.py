@@ -71,6 +71,17 @@ def evidence_items(raw: Any) -> list[tuple[str, str]]:
     return items
 
 
+def mapped_libraries(pid: int) -> set[str] | None:
+    """Paths of the shared objects mapped into process `pid` (read from /proc/PID/maps), or None."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    paths = (line.split(None, 5)[5] for line in lines if len(line.split(None, 5)) == 6)
+    return {path for path in paths if path.startswith("/") and ".so" in path.rsplit("/", 1)[-1]}
+
+
 class WorkerClient:
     """One worker process, one request at a time."""
 
@@ -79,6 +90,7 @@ class WorkerClient:
         self._next_id = 0
         self.closed = False
         self.reaped = False
+        self.mapped_at_setup: set[str] | None = None
 
     @classmethod
     def spawn(cls, interpret: bool = False) -> WorkerClient:
@@ -91,6 +103,15 @@ class WorkerClient:
         reply = self.request("setup", **fields)
         if reply.get("ready") is not True:
             raise WorkerBroken("the worker did not confirm its setup")
+        self.mapped_at_setup = mapped_libraries(self.pid)
+
+    def libraries_since_setup(self) -> list[str]:
+        """Shared objects mapped into the worker since its setup (before any candidate code), read by
+        the judge: whatever opened them (ctypes, cffi, the loader from native code)."""
+        now = mapped_libraries(self.pid) if not self.closed else None
+        if now is None or self.mapped_at_setup is None:
+            return []
+        return sorted(now - self.mapped_at_setup)
 
     def request(self, op: str, **fields: Any) -> dict[str, Any]:
         if self.closed:
