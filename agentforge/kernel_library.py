@@ -175,12 +175,23 @@ INTERPRETER = "interpreter"  # Triton: correctness in the interpreter, then Trit
 UNMEASURED_KEYS = frozenset({COMPILE_ONLY, INTERPRETER})
 
 
-def skipped_shapes(task: Any, options: MeasureOptions) -> dict[str, str]:
+def wanted_shapes(task: Any, options: MeasureOptions, backend: str | None = None) -> tuple[str, ...]:
+    """The shape variants a run measures: those asked for; else, for a CPU kernel, the CPU backend's
+    default (`cpu`, then `small`) when the task declares a `cpu` variant; else every variant."""
+    from agentforge.task import backend_default_shapes
+
+    if options.shapes:
+        return tuple(options.shapes)
+    chosen = backend_default_shapes(tuple(task.shapes), backend) if backend == "cpu" else ()
+    return chosen or tuple(task.shapes)
+
+
+def skipped_shapes(task: Any, options: MeasureOptions, backend: str | None = None) -> dict[str, str]:
     """Shape variants this run leaves out, and why (too many input elements for the machine)."""
     if options.max_input_elements is None:
         return {}
     skipped = {}
-    for shape in options.shapes or tuple(task.shapes):
+    for shape in wanted_shapes(task, options, backend):
         numel = task.input_numel(shape)
         if numel is not None and numel > options.max_input_elements:
             skipped[shape] = f"{numel:,} input elements, over this run's budget of {options.max_input_elements:,}"
@@ -230,8 +241,8 @@ def evaluate_kernel(kernel: ReferenceKernel, task: Any, options: MeasureOptions,
         return {COMPILE_ONLY: evaluate(job, sandbox)}
     measure = Measure(baselines=options.baselines, compile_modes=options.compile_modes)
     results: dict[str, Any] = {}
-    skipped = skipped_shapes(task, options)
-    shapes = [s for s in options.shapes or tuple(task.shapes) if s not in skipped]
+    skipped = skipped_shapes(task, options, kernel.backend)
+    shapes = [s for s in wanted_shapes(task, options, kernel.backend) if s not in skipped]
     for shape in sorted(shapes, key=lambda s: (s != "default", s)):
         job = make_job(task, candidate, device=device, shapes=(shape,), timing_shape=shape, measure=measure,
                        timing=options.timing, cuda_arch=options.cuda_arch)
@@ -331,19 +342,27 @@ def _measured_summary(results: dict[str, Any]) -> dict[str, Any]:
             "timing_method": result.timing.method if result.timing else None,
             "flags": [f"{f.rule} ({f.severity})" for f in result.flags],
             "notes": list(result.timing.notes) if result.timing else [],
+            "floor_us": result.floor_us,
+            "overhead_bound": list(result.timing.overhead_bound) if result.timing else [],
+            "headline_speedup": result.headline_speedup,
+            "headline_speedup_vs_compile": result.headline_speedup_vs_compile,
         }
     accepted = bool(per_shape) and all(s["accepted"] for s in per_shape.values())
-    speedups = [s["speedup"] for s in per_shape.values() if s["speedup"] is not None]
-    vs_compile = [s["speedup_vs_compile"] for s in per_shape.values() if s["speedup_vs_compile"] is not None]
+    # A shape whose pair is overhead-bound (within 20x of the harness floor) gives no speedup to
+    # average: its ratio stays in per_shape, the means are over the other shapes.
+    speedups = [s["headline_speedup"] for s in per_shape.values() if s["headline_speedup"] is not None]
+    vs_compile = [s["headline_speedup_vs_compile"] for s in per_shape.values()
+                  if s["headline_speedup_vs_compile"] is not None]
     default = per_shape.get("default") or next(iter(per_shape.values()))
     heaviest = _heaviest_shape(per_shape)
     summary = {
         "accepted": accepted,
         "shapes": list(per_shape),
-        # Geometric means over the shape variants; None unless every variant was accepted.
-        "speedup": _geomean(speedups) if accepted and len(speedups) == len(per_shape) else None,
-        "speedup_vs_compile": (_geomean(vs_compile) if accepted and len(vs_compile) == len(per_shape)
-                               else None),
+        # Geometric means over the shape variants that are not overhead-bound; None unless every
+        # variant was accepted.
+        "speedup": _geomean(speedups) if accepted and speedups else None,
+        "speedup_vs_compile": _geomean(vs_compile) if accepted and vs_compile else None,
+        "overhead_bound_shapes": sorted(k for k, s in per_shape.items() if s["overhead_bound"]),
         # The shape where eager takes longest: on small shapes per-call overheads dominate both sides.
         "heaviest_shape": heaviest,
         "speedup_heaviest": per_shape[heaviest]["speedup"] if heaviest else None,

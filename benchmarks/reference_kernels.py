@@ -31,6 +31,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                         help="torch.compile modes of the compile baseline (max-autotune is skipped on CPU)")
     parser.add_argument("--compile-only", action="store_true",
                         help="also give CUDA kernels nvcc's compile-only verdict when no GPU is visible")
+    parser.add_argument("--shapes", default="", help="comma-separated shape variants (default: a CPU kernel's "
+                        "cpu and small variants where its task has a cpu one, else every variant)")
     parser.add_argument("--max-elements", type=int, default=None,
                         help="skip shape variants with more input elements (recorded as skipped)")
     parser.add_argument("--time-cap", type=float, default=None, help="seconds of timing per subject and shape")
@@ -107,6 +109,7 @@ def _measure_all(args: argparse.Namespace) -> int:
         compile_modes=tuple(m for m in args.compile_modes.split(",") if m),
         timing=TimingConfig(warmup=2, min_reps=5, max_reps=20, time_cap_s=1.0) if args.quick else _timing(args),
         max_input_elements=args.max_elements,
+        shapes=tuple(x for x in args.shapes.split(",") if x),
     )
     sandbox = SandboxConfig(isolation=args.isolation, cache_dir=str(Path(args.cache_dir).expanduser()))
     failures = 0
@@ -115,7 +118,7 @@ def _measure_all(args: argparse.Namespace) -> int:
             continue
         started = time.perf_counter()
         task = kernel_task(kernel, args.tasks_root)
-        skipped = skipped_shapes(task, options) if will_measure(kernel, device) else {}
+        skipped = skipped_shapes(task, options, kernel.backend) if will_measure(kernel, device) else {}
         results = evaluate_kernel(kernel, task, options, sandbox)
         if not results:
             print(f"{kernel.gpu}/{kernel.task_name}: every shape variant skipped; record left as it was")
