@@ -181,18 +181,36 @@ def torch_build(call: dict[str, Any], nvcc_home: str) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory(prefix="torch-own-") as folder:
         started = time.perf_counter()
-        try:
-            done = subprocess.run([sys.executable, "-c", TORCH_OWN_BUILD, nvcc_home, folder], input=json.dumps(call),
-                                  capture_output=True, text=True, timeout=1800)
-            output = done.stdout + done.stderr
-        except subprocess.TimeoutExpired:
-            output = "build failed: timeout"
+        output = run_until_failed(TORCH_OWN_BUILD, [nvcc_home, folder], json.dumps(call), Path(folder) / "out.log")
         seconds = time.perf_counter() - started
         objects = ninja_seconds(Path(folder) / ".ninja_log")
     failed = re.findall(r"FAILED: (\S+\.o)", output)
     refused = "build failed" in output and not failed and "-o " not in output  # never reached a compiler
     return {"seconds": round(seconds, 2), "object_seconds": objects, "failed_objects": failed, "refused": refused,
             "first_error": api_drift.first_error(output) if failed or refused else ""}
+
+
+def run_until_failed(script: str, argv: list[str], stdin: str, log: Path, timeout: float = 1800) -> str:
+    """torch's build in a child, its output in `log`; ended at ninja's first `FAILED:` (the verdict
+    is known then: ninja would wait for the other compiles, minutes of nvcc, before giving up)."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-c", script, *argv], stdin=subprocess.PIPE, stdout=out,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        assert proc.stdin is not None
+        proc.stdin.write(stdin)
+        proc.stdin.close()
+        deadline = time.monotonic() + timeout
+        while proc.poll() is None:
+            time.sleep(0.2)
+            late = time.monotonic() > deadline
+            if "FAILED: " in log.read_text(errors="replace") or late:
+                time.sleep(0.5)  # the failing command's own output follows its FAILED line
+                os.killpg(proc.pid, 9)
+                proc.wait()
+                with open(log, "a") as out:
+                    out.write("\nbuild failed: timeout\n" if late else "")
+                break
+    return log.read_text(errors="replace")
 
 
 def ninja_seconds(log: Path) -> dict[str, float]:

@@ -222,26 +222,27 @@ except RuntimeError as exc:
 OURS_ONLY = {"-Xptxas", "-v", "--keep", "--keep-dir"}
 
 
-def nvcc_flags(output: str) -> list[str]:
-    """The flags of the nvcc command that compiled cuda.cu, less paths, the arch and our report flags."""
-    line = next(x for x in output.splitlines() if "nvcc" in x and "cuda.cu" in x and " -c " in x)
-    words = shlex.split(line[line.index("]") + 1:] if line.startswith("[") else line)
+def compile_flags(output: str, source: str) -> list[str]:
+    """The flags of the command that compiled `source` (cuda.cu by nvcc, main.cpp by c++), less
+    paths, the arch and the report flags only the compile-only build adds."""
+    line = next(x for x in output.splitlines() if f"{source} " in x and " -c " in x)
+    words = shlex.split(line[line.index("]") + 1:] if line.startswith("[") else line.removeprefix("$ "))
     flags, skip = [], False
     for word in words[1:]:
         if skip:
             skip = False
             continue
-        if word in ("-isystem", "-o", "--keep-dir", "-c", "-MD", "-MF"):
+        if word in ("-isystem", "-o", "--keep-dir", "-c", "-MD", "-MMD", "-MF"):
             skip = word != "-c"
             continue
-        if word.startswith(("-I", "-gencode", "/")) or word.endswith((".cu", ".o", ".d")) or word in OURS_ONLY:
+        if word.startswith(("-I", "-gencode", "/")) or word.endswith((".cu", ".cpp", ".o", ".d")) or word in OURS_ONLY:
             continue
         flags.append(word)
     return flags
 
 
 @needs_nvcc
-def test_the_nvcc_flags_are_those_of_torchs_own_build(fresh_cache: Path, tmp_path: Path) -> None:
+def test_the_compile_flags_are_those_of_torchs_own_build(fresh_cache: Path, tmp_path: Path) -> None:
     call = {"name": "flags_probe", "cpp_sources": "", "cuda_sources": KERNEL % "x[i]", "no_implicit_headers": True,
             "extra_cuda_cflags": ["-O3", "--expt-relaxed-constexpr"]}
     result = run_pipeline(job(module(f"_e = load_inline(**{call!r})\nclass ModelNew(nn.Module):\n"
@@ -250,6 +251,70 @@ def test_the_nvcc_flags_are_those_of_torchs_own_build(fresh_cache: Path, tmp_pat
     (tmp_path / "torch").mkdir()
     own = subprocess.run([sys.executable, "-c", TORCH_OWN_BUILD, cuda_home(find_nvcc()), json.dumps(call),
                           str(tmp_path / "torch")], capture_output=True, text=True, timeout=600)
-    theirs = nvcc_flags(own.stdout + own.stderr)
+    theirs = compile_flags(own.stdout + own.stderr, "cuda.cu")
     assert "-D__CUDA_NO_HALF_OPERATORS__" in theirs and "-std=c++20" in theirs
-    assert nvcc_flags(result.compile.log_tail) == theirs
+    assert compile_flags(result.compile.log_tail, "cuda.cu") == theirs
+    glue = compile_flags(own.stdout + own.stderr, "main.cpp")
+    assert "-std=c++20" in glue and compile_flags(result.compile.log_tail, "main.cpp") == glue
+
+
+# ----- a complete answer, torch headers and all ----------------------------------------------------
+DRIFTED_ANSWER = '''
+import torch
+from torch import nn
+from torch.utils.cpp_extension import load_inline
+
+CUDA_SOURCE = r"""
+#include <torch/extension.h>
+
+template <typename scalar_t>
+__global__ void scale_kernel(const scalar_t* x, scalar_t* y, scalar_t s, int64_t n) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] * s;
+}
+
+torch::Tensor scale(torch::Tensor x, double s) {
+    auto y = torch::empty_like(x);
+    const int64_t n = x.numel();
+    AT_DISPATCH_FLOATING_TYPES(x.type(), "scale", ([&] {
+        scale_kernel<scalar_t><<<(n + 255) / 256, 256>>>(x.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(),
+                                                         (scalar_t)s, n);
+    }));
+    return y;
+}
+"""
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ext = None
+        if torch.cuda.is_available():
+            try:
+                self.ext = load_inline("scale_ext", cpp_sources="torch::Tensor scale(torch::Tensor x, double s);",
+                                       cuda_sources=CUDA_SOURCE, functions=["scale"])
+            except Exception:
+                pass
+
+    def forward(self, x):
+        if self.ext is not None and x.is_cuda:
+            return torch.relu(self.ext.scale(x, 1.0))
+        return torch.relu(x)
+'''
+
+
+@pytest.mark.slow
+@needs_nvcc
+def test_an_answer_written_for_older_torch_is_told_the_replacement(fresh_cache: Path) -> None:
+    """A KernelBench answer (torch/extension.h in both sources, the generated bindings, a build in
+    __init__ behind is_available() that falls back to PyTorch) whose dispatch passes `x.type()`:
+    current torch's headers refuse it, and the verdict says what to write instead (1-3 minutes of
+    nvcc and g++ on two cores)."""
+    result = run_pipeline(job(DRIFTED_ANSWER, fresh_cache))
+    assert result.status == Status.COMPILE_ERROR and result.stage == Stage.BUILD, result.summary()
+    assert "nvcc failed to compile scale_ext" in result.error.message
+    assert "API drift" in result.error.message and "x.scalar_type()" in result.error.message
+    fixed = run_pipeline(job(DRIFTED_ANSWER.replace("x.type()", "x.scalar_type()"), fresh_cache))
+    assert fixed.status == Status.OK and fixed.compiled, fixed.summary()
+    assert any("scale_kernel" in r.name for r in fixed.compile.resources)
+    assert "scale_ext.scale" in fixed.compile.log_tail  # forward reached the launch
