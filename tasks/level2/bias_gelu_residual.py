@@ -13,6 +13,7 @@ HIDDEN = 4096
 
 SHAPES = {
     "small": {"TOKENS": 6, "HIDDEN": 20},
+    "cpu": {"TOKENS": 1024, "HIDDEN": 2048},  # the CPU backend's default: eager takes a few ms on one core
     "odd": {"TOKENS": 3001, "HIDDEN": 1001},
     "wide": {"TOKENS": 4096, "HIDDEN": 16384},
 }
