@@ -211,6 +211,23 @@ class _Event:
         return 0.0
 
 
+class _Autocast:
+    """`torch.autocast("cuda")` and `torch.cuda.amp.autocast()`: nothing to cast on fake tensors,
+    and torch's own would ask a CPU-only build for a CUDA device guard, which aborts the process."""
+
+    def __init__(self, *_: Any, **__: Any) -> None:
+        pass
+
+    def __enter__(self) -> _Autocast:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        pass
+
+    def __call__(self, fn: Any) -> Any:
+        return fn
+
+
 class _DeviceGuard:
     """`torch.cuda.device(...)`: one device, nothing to switch."""
 
@@ -336,7 +353,15 @@ def _cuda_patches(arch: str) -> list[tuple[Any, str, Any]]:
         "memory_allocated": lambda *_: 0, "max_memory_allocated": lambda *_: 0,
         "mem_get_info": lambda *_: (props.total_memory, props.total_memory),
     }
-    return [(cuda, name, value) for name, value in values.items()]
+    autocast_any = torch.autocast
+
+    def autocast(device_type: str = "cuda", *args: Any, **kwargs: Any) -> Any:
+        if str(device_type).startswith("cuda"):
+            return _Autocast()
+        return autocast_any(device_type, *args, **kwargs)
+
+    return [(cuda, name, value) for name, value in values.items()] + [
+        (torch.cuda.amp, "autocast", _Autocast), (torch, "autocast", autocast), (torch.amp, "autocast", autocast)]
 
 
 def _build_patches(arch: str) -> list[tuple[Any, str, Any]]:
