@@ -67,14 +67,16 @@ _lib.bias_residual_layer_norm_bf16.restype = None
 class ModelNew(nn.Module):
     def __init__(self, hidden: int):
         super().__init__()
-        self.bias = nn.Parameter(torch.zeros(hidden))
-        self.ln_weight = nn.Parameter(torch.ones(hidden))
-        self.ln_bias = nn.Parameter(torch.zeros(hidden))
+        # Held in bf16, as the task's model is: its weights load into them exactly, and a call
+        # converts nothing (a per-call cast would be PyTorch compute inside forward).
+        self.bias = nn.Parameter(torch.zeros(hidden, dtype=torch.bfloat16))
+        self.ln_weight = nn.Parameter(torch.ones(hidden, dtype=torch.bfloat16))
+        self.ln_bias = nn.Parameter(torch.zeros(hidden, dtype=torch.bfloat16))
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor):
-        params = [p.detach().to(torch.bfloat16).contiguous() for p in (self.bias, self.ln_weight, self.ln_bias)]
-        if x.dtype != torch.bfloat16 or residual.dtype != torch.bfloat16:
-            raise TypeError("bias_residual_layer_norm_cpu takes bfloat16 activations")
+        params = [p.detach().contiguous() for p in (self.bias, self.ln_weight, self.ln_bias)]
+        if not all(t.dtype == torch.bfloat16 for t in (x, residual, *params)):
+            raise TypeError("bias_residual_layer_norm_cpu takes bfloat16 activations and weights")
         x, residual = x.contiguous(), residual.contiguous()
         out, total = torch.empty_like(x), torch.empty_like(x)
         cols = x.shape[-1]
