@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import re
 import sys
 import traceback
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 
 from agentforge.evaluator import native
@@ -135,10 +137,22 @@ def _resource_report(events: list[native.BuildEvent], log: str) -> tuple[tuple, 
             cubin = event.sources.get("cubin")
             if event.ok and cubin:
                 with contextlib.suppress(Exception):
-                    for op, count in compile_report.sass_histogram(cubin).items():
+                    for op, count in _sass_histogram(compile_report, Path(cubin)).items():
                         histogram[op] = histogram.get(op, 0) + count
         return resources, histogram
     return (), {}
+
+
+def _sass_histogram(compile_report: ModuleType, cubin: Path) -> dict[str, int]:
+    """The cubin's SASS histogram, kept beside it in the build cache: disassembling takes longer
+    than the whole rest of a warm verdict."""
+    kept = cubin.with_name(cubin.name + ".sass.json")
+    with contextlib.suppress(OSError, ValueError):
+        return {str(k): int(v) for k, v in json.loads(kept.read_text()).items()}
+    histogram = dict(compile_report.sass_histogram(str(cubin)))
+    with contextlib.suppress(OSError):
+        kept.write_text(json.dumps(histogram))
+    return histogram
 
 
 def _tail(text: str) -> str:
