@@ -97,7 +97,8 @@ def _cases(tmp_path: Path) -> dict[str, Case]:
             ["optimize", str(REPO / "tasks" / "level1" / "relu.py"), "--provider", "openai", "--base-url",
              "http://127.0.0.1:9/v1", "--backend", "cpu", "--out", str(tmp_path / "runs"), "--quick", "--shape",
              "small"],
-            "the LLM server at http://127.0.0.1:9/v1 failed", env={"OPENAI_API_KEY": "dummy", "AGENTFORGE_PROVIDER_MAX_RETRIES": "0"},
+            "the LLM server at http://127.0.0.1:9/v1 failed",
+            env={"OPENAI_API_KEY": "dummy", "AGENTFORGE_PROVIDER_MAX_RETRIES": "0"},
             code=3),
     }
 
