@@ -69,11 +69,22 @@ _keeper = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefi
 
 def start(key: str, limit: int, make: Callable[[], Spare | None]) -> None:
     """Start a spare for `key` in the background (`make` runs on the keeper thread), unless `limit`
-    are waiting or being started already."""
+    are waiting or being started already. Spares kept for any other config are ended first: a
+    process that moved on to a new config (a new run, a test) would otherwise keep every old one,
+    each an idle interpreter holding torch (about 0.4 GB)."""
     with _lock:
+        stale = [spare for other, waiting in _spares.items() if other != key for spare in waiting]
+        for other in [other for other in _spares if other != key]:
+            del _spares[other]
         if len(_spares.get(key, [])) + _pending.get(key, 0) >= limit:
-            return
-        _pending[key] = _pending.get(key, 0) + 1
+            stale_only = True
+        else:
+            stale_only = False
+            _pending[key] = _pending.get(key, 0) + 1
+    for spare in stale:
+        spare.discard()
+    if stale_only:
+        return
 
     def run() -> None:
         try:

@@ -116,3 +116,19 @@ def test_a_spare_outlives_the_thread_whose_job_started_it(tmp_path: Path, mode: 
     spares.put(backend._spare_key(), spare)
     submitted = ticks_now()
     assert note(backend.run(make_job(STARTED)))[0] < submitted
+
+
+def test_a_new_config_ends_the_spares_of_the_old_one(tmp_path: Path) -> None:
+    """A process that moves to a new config (a new run, the next test) keeps no idle interpreters
+    for the old one: each holds torch, about 0.4 GB."""
+    old = ProcessBackend(fake_config(tmp_path / "a", warm_spares=1))
+    note(old.run(make_job(STARTED)))
+    spares.settle()
+    first = spares.take(old._spare_key())
+    assert first is not None
+    spares.put(old._spare_key(), first)
+    new = ProcessBackend(fake_config(tmp_path / "b", warm_spares=1))
+    note(new.run(make_job(STARTED)))
+    spares.settle()
+    assert first.proc.poll() is not None and not first.job_dir.exists()
+    assert spares.count(old._spare_key()) == 0 and spares.count(new._spare_key()) == 1
