@@ -2,14 +2,18 @@
 
 An asynchronous client over the evaluator. Each distinct candidate is evaluated once per
 (task, task source, code hash, evaluator version, track, device, backend); repeats are served
-from the cache (memory, and a JSONL file when `cache_path` is set, so a resumed run does not
-re-measure). Evaluations run on daemon threads, at most `concurrency` at once, each calling
-`evaluate(job)` (an isolated sandbox child per job, as `evaluate_many` does) or a Ray task.
+from the cache (memory, and a JSONL file when `cache_path` is set, shared with every other process
+that names it: see reward_cache.py). Evaluations run on daemon threads, at most `concurrency` at
+once, each calling `evaluate(job)` (an isolated sandbox child per job, as `evaluate_many` does)
+or a Ray task (ray_eval.py).
 
-A request's timeout starts when its evaluation starts, not while it queues. When it expires the
-request gets a `timeout` verdict, its slot is handed to the next job, and the hung evaluation is
-abandoned (the sandbox's own wall-clock limit ends its child): one hung candidate never blocks
-the training step, nor the candidates queued behind it.
+A request's timeout starts when its evaluation starts, not while it queues; a request may ask for
+a shorter one (`RewardRequest.timeout_s`). When it expires the request gets a `timeout` verdict.
+Once every request waiting on an evaluation has timed out, its slot is handed to the next job and
+the evaluation is abandoned: a Ray task is cancelled (its sandbox child killed); a local one is
+left to the sandbox's own wall-clock limit. One hung candidate never blocks the training step,
+nor the candidates queued behind it. Another process reaches the service over HTTP
+(reward_server.py).
 
 A task that fails on its own (a `task_error` verdict: it does not import, or its inputs or
 reference fail) is not evaluated again: later completions for it are answered at once with that
@@ -24,13 +28,11 @@ import concurrent.futures
 import dataclasses
 import functools
 import hashlib
-import json
 import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from agentforge.evaluator.result import (
@@ -41,7 +43,9 @@ from agentforge.evaluator.result import (
     Stage,
     Status,
 )
+from agentforge.rl.ray_eval import RayEvaluate
 from agentforge.rl.records import RewardRecord
+from agentforge.rl.reward_cache import CacheFile
 from agentforge.rl.rewards import Rewarder
 
 from agentforge.candidate import Candidate, NoCodeError, code_hash, extract_code
@@ -59,6 +63,7 @@ class RewardRequest:
     completion: str  # the model's raw reply; code is extracted here, in one place
     reference_speedup: float | None = None  # the shipped reference kernel's speedup vs eager
     meta: dict[str, Any] = field(default_factory=dict)  # carried into the record
+    timeout_s: float | None = None  # a deadline shorter than the service's request_timeout_s
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,8 @@ class ServiceConfig:
     executor: str = "local"  # local: sandbox children on this machine | ray: Ray tasks
     ray_address: str | None = None  # None: ray.init() decides (a running cluster or a local one)
     ray_num_gpus: float = 0.0  # GPUs each Ray evaluation task reserves
-    cache_path: str | None = None  # JSONL of evaluated results, read at start, appended to
+    ray_resources: dict[str, float] = field(default_factory=dict)  # custom Ray resources each task reserves
+    cache_path: str | None = None  # JSONL of evaluated results, shared by processes (reward_cache.py)
     job_options: dict[str, Any] = field(default_factory=dict)  # make_job's keywords (measure, timing, ...)
     sandbox_options: dict[str, Any] = field(default_factory=dict)  # SandboxConfig's fields, for local runs
 
@@ -81,6 +87,8 @@ class ServiceConfig:
             raise ValueError(f"unknown reward executor {self.executor!r}; choose one of {choices}")
         if self.concurrency < 1 or self.request_timeout_s <= 0:
             raise ValueError("concurrency must be >= 1 and request_timeout_s > 0")
+        if any(not isinstance(v, int | float) or v <= 0 for v in self.ray_resources.values()):
+            raise ValueError(f"ray_resources must map resource names to positive amounts, not {self.ray_resources}")
         if self.executor == "local" and self.device.startswith("cuda") and self.concurrency > 1:
             # Two children timing on one GPU at once corrupt each other's measurements.
             raise ValueError("local CUDA evaluations must run one at a time (concurrency = 1); "
@@ -94,6 +102,7 @@ class ServiceStats:
     cache_hits: int = 0
     evaluations: int = 0
     timeouts: int = 0
+    cancelled: int = 0  # abandoned evaluations stopped (Ray tasks)
     task_errors: int = 0  # requests answered with a task_error verdict (evaluated or not)
     broken_tasks: dict[str, str] = field(default_factory=dict)  # task -> why it fails on its own
 
@@ -101,12 +110,14 @@ class ServiceStats:
 class _Run:
     """One evaluation in flight, shared by every request for the same key."""
 
-    def __init__(self) -> None:
+    def __init__(self, job: EvalJob) -> None:
+        self.job = job
         self.future: concurrent.futures.Future[EvalResult] = concurrent.futures.Future()
         self.started = threading.Event()
         self.started_at = 0.0
         self.lock = threading.Lock()
         self.holds_slot = False
+        self.waiters = 0  # requests awaiting its verdict
 
 
 class RewardService:
@@ -125,8 +136,9 @@ class RewardService:
         self._broken: dict[str, EvalResult] = {}  # task key -> its task_error verdict
         self._runs: dict[str, _Run] = {}
         self.stats = ServiceStats()
-        if self.config.cache_path:
-            self._cache.update(_read_cache(Path(self.config.cache_path)))
+        self._file = CacheFile(self.config.cache_path) if self.config.cache_path else None
+        if self._file is not None:
+            self._cache.update(self._file.read_new())
 
     # ----- the client API -------------------------------------------------------------------
     async def score(self, requests: Sequence[RewardRequest]) -> list[RewardRecord]:
@@ -146,6 +158,12 @@ class RewardService:
         key = self.cache_key(request, code)
         with self._lock:
             cached = self._cache.get(key)
+        if cached is None and self._file is not None:  # measured by another process meanwhile?
+            fresh = self._file.read_new()
+            with self._lock:
+                self._cache.update(fresh)
+                cached = self._cache.get(key)
+        with self._lock:
             broken = self._broken.get(self._task_key(request))
         if cached is not None:
             self.stats.cache_hits += 1
@@ -156,7 +174,10 @@ class RewardService:
             job = self._make_job(request, code)
         except Exception as exc:  # a task that cannot be loaded is the caller's bug: say so
             raise RuntimeError(f"cannot build an evaluation job for {request.task_name}: {exc}") from exc
-        result = await self._await(self._start(key, job), job)
+        timeout_s = self.config.request_timeout_s
+        if request.timeout_s is not None:
+            timeout_s = min(timeout_s, request.timeout_s)
+        result = await self._await(key, self._start(key, job), job, timeout_s)
         if result.status == Status.TASK_ERROR:
             self._mark_broken(request, result)
         return self._scored(result, request)
@@ -195,8 +216,11 @@ class RewardService:
             run = self._runs.get(key)
             if run is not None:
                 self.stats.cache_hits += 1
+                with run.lock:
+                    run.waiters += 1
                 return run
-            run = self._runs[key] = _Run()
+            run = self._runs[key] = _Run(job)
+            run.waiters = 1
         self.stats.evaluations += 1
         threading.Thread(target=self._work, args=(key, job, run), daemon=True,
                          name=f"reward-{job.task_name}").start()
@@ -217,11 +241,12 @@ class RewardService:
         finally:
             self._release(run)
         with self._lock:
-            self._runs.pop(key, None)
+            if self._runs.get(key) is run:
+                del self._runs[key]
             if keep:
                 self._cache[key] = result
-        if keep and self.config.cache_path:
-            _append_cache(Path(self.config.cache_path), key, result, self._lock)
+        if keep and self._file is not None:
+            self._file.append(key, result)
         if not run.future.done():
             run.future.set_result(result)
 
@@ -231,18 +256,39 @@ class RewardService:
                 run.holds_slot = False
                 self._slots.release()
 
-    async def _await(self, run: _Run, job: EvalJob) -> EvalResult:
+    async def _await(self, key: str, run: _Run, job: EvalJob, timeout_s: float) -> EvalResult:
         while not run.started.is_set() and not run.future.done():
             await asyncio.sleep(0.02)  # queued: the clock has not started
-        remaining = self.config.request_timeout_s - (time.monotonic() - run.started_at)
+        remaining = timeout_s - (time.monotonic() - run.started_at)
         try:
             verdict = asyncio.shield(asyncio.wrap_future(run.future))
             return await asyncio.wait_for(verdict, max(remaining, 0.0))
         except TimeoutError:
-            self._release(run)  # hand the slot on; the hung evaluation is abandoned
             self.stats.timeouts += 1
-            return _failure(job, Status.TIMEOUT, "reward_timeout",
-                            f"no verdict within {self.config.request_timeout_s:g} s")
+            self._give_up(key, run)
+            return _failure(job, Status.TIMEOUT, "reward_timeout", f"no verdict within {timeout_s:g} s")
+
+    def _give_up(self, key: str, run: _Run) -> None:
+        """One waiter fewer; the last one abandons the evaluation: its slot goes to the next job,
+        a later request for the same candidate starts afresh, and a cancellable runner stops it."""
+        with run.lock:
+            run.waiters -= 1
+            last = run.waiters <= 0
+        if not last or run.future.done():
+            return
+        with self._lock:
+            if self._runs.get(key) is run:
+                del self._runs[key]
+        self._release(run)
+        cancel = getattr(self._evaluate, "cancel", None)
+        if cancel is None:
+            return
+        try:
+            cancel(run.job)
+            self.stats.cancelled += 1
+        except Exception as exc:
+            warnings.warn(f"reward: could not cancel the abandoned evaluation of {run.job.task_name}: {exc}",
+                          RuntimeWarning, stacklevel=2)
 
 
 # ----- evaluation jobs and runners ----------------------------------------------------------
@@ -277,7 +323,7 @@ def job_keywords(config: ServiceConfig) -> dict[str, Any]:
 def default_evaluate_fn(config: ServiceConfig) -> EvaluateFn:
     if config.executor == "ray":
         return RayEvaluate(address=config.ray_address, num_gpus=config.ray_num_gpus,
-                           sandbox_options=config.sandbox_options)
+                           sandbox_options=config.sandbox_options, resources=config.ray_resources)
     return LocalEvaluate(config.sandbox_options)
 
 
@@ -298,61 +344,9 @@ class LocalEvaluate:
         return evaluate(job, sandbox)
 
 
-class RayEvaluate:
-    """Runs `evaluate(job)` as a Ray task (on any node of the cluster); picklable."""
-
-    def __init__(self, address: str | None = None, num_gpus: float = 0.0,
-                 sandbox_options: dict[str, Any] | None = None) -> None:
-        self.address = address
-        self.num_gpus = num_gpus
-        self.sandbox_options = dict(sandbox_options or {})
-        self._remote: Any = None
-        self._lock = threading.Lock()
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"address": self.address, "num_gpus": self.num_gpus, "sandbox_options": self.sandbox_options}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(**state)
-
-    def __call__(self, job: EvalJob) -> EvalResult:
-        import ray
-
-        with self._lock:
-            if self._remote is None:
-                if not ray.is_initialized():
-                    ray.init(address=self.address, ignore_reinit_error=True)
-                self._remote = ray.remote(num_gpus=self.num_gpus, max_retries=0)(_evaluate_json)
-        return EvalResult.from_json(ray.get(self._remote.remote(job.to_json(), self.sandbox_options)))
-
-
-def _evaluate_json(job_json: str, sandbox_options: dict[str, Any]) -> str:
-    """Runs on a Ray worker: the job crosses as JSON, the evaluation in a sandbox child there."""
-    return LocalEvaluate(sandbox_options)(EvalJob.from_json(job_json)).to_json()
-
-
 def _failure(job: EvalJob, status: Status, kind: str, message: str) -> EvalResult:
     return EvalResult(
         task_name=job.task_name, candidate_hash=code_hash(job.candidate_source), backend=job.backend,
         status=status, stage=Stage.SANDBOX, error=ErrorRecord(type=kind, message=message),
         candidate_meta=dict(job.candidate_meta),
     )
-
-
-def _read_cache(path: Path) -> dict[str, EvalResult]:
-    cache: dict[str, EvalResult] = {}
-    if not path.is_file():
-        return cache
-    for line in path.read_text().splitlines():
-        if line.strip():
-            entry = json.loads(line)
-            cache[entry["key"]] = EvalResult.from_json(json.dumps(entry["result"]))
-    return cache
-
-
-def _append_cache(path: Path, key: str, result: EvalResult, lock: threading.Lock) -> None:
-    line = json.dumps({"key": key, "result": result.to_dict()}, allow_nan=False)
-    with lock:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a") as handle:
-            handle.write(line + "\n")

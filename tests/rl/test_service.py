@@ -149,3 +149,77 @@ def test_local_cuda_evaluations_run_one_at_a_time():
     with pytest.raises(ValueError, match="one at a time"):
         ServiceConfig(device="cuda", backend="cuda", concurrency=2)
     assert ServiceConfig(device="cuda", executor="ray", concurrency=8).concurrency == 8
+
+
+def test_a_verdict_one_service_measured_serves_another_that_shares_the_cache_file(make_result, tmp_path):
+    path = tmp_path / "shared.jsonl"
+    first, second = FakeEvaluator(make_result), FakeEvaluator(make_result)
+    a, b = service(first, cache_path=str(path)), service(second, cache_path=str(path))  # both started empty
+    a.score_sync([request("fast")])
+    record = b.score_sync([request("fast")])[0]
+    assert record.cached and record.accepted and second.calls == []
+
+
+WRITER = """
+import sys, time
+from agentforge.evaluator.result import ErrorRecord, EvalResult, Stage, Status
+from agentforge.rl.reward_cache import CacheFile
+name, count, start = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+cache = CacheFile(sys.argv[4])
+while time.time() < start:
+    time.sleep(0.005)
+seen = 0
+for i in range(count):
+    message = f"{name}-{i}:" + "x" * 30000  # lines far above a pipe's or a buffer's atomic size
+    result = EvalResult(task_name=name, candidate_hash=str(i), backend="cpu", status=Status.CRASH,
+                        stage=Stage.SANDBOX, error=ErrorRecord(type="t", message=message))
+    cache.append(f"{name}|{i}", result)
+    seen += len(cache.read_new())  # reads while the others write: a torn line would warn
+print(seen)
+"""
+
+
+def test_processes_appending_to_one_cache_file_at_once_lose_nothing(tmp_path):
+    import subprocess
+    import sys
+    import warnings
+
+    from agentforge.rl.reward_cache import CacheFile
+
+    path, writers, count = tmp_path / "cache.jsonl", 4, 40
+    start = time.time() + 3.0  # all start writing together, once their imports are done
+    procs = [subprocess.Popen([sys.executable, "-W", "error::RuntimeWarning", "-c", WRITER, f"w{w}", str(count),
+                               str(start), str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for w in range(writers)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * writers, [err[-2000:] for _, err in outs]
+    assert all(int(out) >= count for out, _ in outs)  # each saw at least its own entries come back
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        entries = CacheFile(path).read_new()
+    assert len(entries) == writers * count
+    for key, result in entries.items():
+        name, i = key.split("|")
+        assert result.task_name == name and result.error.message == f"{name}-{i}:" + "x" * 30000
+    assert len(path.read_text().splitlines()) == writers * count
+
+
+def test_a_cut_short_cache_file_is_read_up_to_its_last_whole_line(make_result, tmp_path):
+    import warnings
+
+    from agentforge.rl.reward_cache import CacheFile
+
+    path = tmp_path / "cache.jsonl"
+    CacheFile(path).append("k1", make_result())
+    with path.open("a") as handle:
+        handle.write('not json\n{"key": "k2", "res')  # a bad line, then one cut short by a crash
+    reader = CacheFile(path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert set(reader.read_new()) == {"k1"}
+    assert "skipped 1 line" in str(caught[0].message)
+    with path.open("a") as handle:
+        handle.write('ult": 1}\n')  # the rest of the cut line arrives: still no entry, no crash
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        assert reader.read_new() == {}
