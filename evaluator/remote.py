@@ -91,6 +91,7 @@ class WorkerClient:
         self.closed = False
         self.reaped = False
         self.mapped_at_setup: set[str] | None = None
+        self.landing_owner: object | None = None  # the RemoteModel whose landing arena the worker holds (one at a time)
 
     @classmethod
     def spawn(cls, interpret: bool = False) -> WorkerClient:
@@ -386,10 +387,11 @@ class RemoteModel:
         self._landing_sent = False
 
     def _landing_fields(self) -> tuple[dict[str, Any], list[wire.SharedFile]]:
-        if self._landing is None or self._landing_sent:
+        if self._landing is None or (self._landing_sent and self.client.landing_owner is self):
             return {}, []
         shared = self._landing.share(writable=True)
         self._landing_sent = True
+        self.client.landing_owner = self  # another model's call since would have landed in its arena
         return {"landing": shared, "landing_slots": self._landing.slots}, shared
 
     def _arena_inputs(self, buffers: list[Any]) -> tuple[dict[str, Any], list[wire.SharedFile]]:
