@@ -102,4 +102,5 @@ def _report(outcome) -> None:
 
 
 def register(app: typer.Typer) -> None:
+    from agentforge.cli import rl_reward_cmd  # noqa: F401 - adds `rl serve-rewards` to rl_app
     app.add_typer(rl_app, name="rl")
