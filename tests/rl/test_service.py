@@ -223,3 +223,25 @@ def test_a_cut_short_cache_file_is_read_up_to_its_last_whole_line(make_result, t
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         assert reader.read_new() == {}
+
+
+def test_evaluations_on_a_node_claim_distinct_devices_and_wait_for_a_free_one(tmp_path):
+    from agentforge.rl.ray_eval import claim_device
+
+    got: list[int] = []
+
+    def third() -> None:
+        with claim_device(2, tmp_path, poll_s=0.05) as index:
+            got.append(index)
+
+    with claim_device(2, tmp_path) as a:
+        with claim_device(2, tmp_path) as b:
+            assert {a, b} == {0, 1}
+            waiter = threading.Thread(target=third)
+            waiter.start()
+            time.sleep(0.3)
+            assert got == []  # both devices are held: the third evaluation waits
+        waiter.join(5)
+        assert got == [b]  # it takes the device that was given back
+    with pytest.raises(RuntimeError, match="no CUDA device on this node"), claim_device(0, tmp_path):
+        pass

@@ -16,6 +16,7 @@ from agentforge.rl.tiny import smoke_task, smoke_template
 from agentforge.rl.verl_backend import score
 
 ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.slow  # every test here shares one Ray start (about 10-15 s on 2 cores)
 
 EVAL_RESOURCE = "agentforge_eval"  # what `ray start --resources=...` declares on evaluation nodes
 GOOD, WRONG, HANG = "v=v>0.0f?v:0.0f;", "v=-v;", "for(volatile int s=1;s;){}"
@@ -86,7 +87,7 @@ async def wait_for(predicate, timeout_s: float) -> bool:
     return predicate()
 
 
-@pytest.mark.slow  # Ray's start and three sandbox children on Ray workers: about 40 s on 2 cores
+# Three sandbox children on Ray workers, one of them hung and cancelled: about 35 s on 2 cores.
 def test_verl_reward_path_on_ray_with_an_eval_resource_and_cancellation(local_ray, build_cache_dir, tmp_path):
     config = write_config(tmp_path / "reward.toml", build_cache_dir, {EVAL_RESOURCE: 1})
     name, source = smoke_task()
@@ -136,3 +137,21 @@ def test_an_evaluation_waits_for_its_resource_and_is_cancelled(local_ray, build_
     assert out["score"] == -1.0 and out["accepted"] == 0.0
     assert time.monotonic() - started < 20
     assert service.stats.timeouts == 1 and service.stats.cancelled == 1
+
+
+def test_preflight_finds_the_evaluation_resource_or_names_the_missing_ray_start(local_ray, build_cache_dir, tmp_path):
+    import subprocess
+    import sys
+
+    from agentforge.rl.verl_backend.preflight import problems
+
+    present = load_config(write_config(tmp_path / "ok.toml", build_cache_dir, {EVAL_RESOURCE: 1})).service
+    assert problems(present, ray.cluster_resources()) == []
+    assert "training asks for 8 Ray GPUs" in problems(present, ray.cluster_resources(), training_gpus=8)[0]
+    absent = write_config(tmp_path / "absent.toml", build_cache_dir, {"agentforge_eval_gpu": 1})
+    run = subprocess.run([sys.executable, "-m", "agentforge.rl.verl_backend.preflight", "--config", str(absent),
+                          "--address", ray.get_runtime_context().gcs_address],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert "no node offers 1 of the evaluation resource 'agentforge_eval_gpu'" in run.stderr
+    assert "--num-gpus=0 --resources='{\"agentforge_eval_gpu\": <its GPU count>}'" in run.stderr

@@ -48,3 +48,18 @@ def test_verl_rows_and_shipped_configs():
     assert reward.service.executor == "ray"
     text = (CONFIGS / "verl-cluster.yaml").read_text()
     assert "rl/verl_backend/score.py" in text and "verl-reward.toml" in text
+
+
+def test_the_shipped_recipe_keeps_evaluation_off_training_gpus():
+    from agentforge.rl.verl_backend.preflight import problems
+
+    service = load_config(CONFIGS / "verl-reward.toml").service
+    assert service.ray_num_gpus == 0 and service.ray_resources == {"agentforge_eval_gpu": 1.0}
+    assert "--resources='{\"agentforge_eval_gpu\": 8}'" in (CONFIGS / "verl-cluster.yaml").read_text()
+    script = (CONFIGS.parent / "verl_backend" / "run_cluster.sh").read_text()
+    assert "agentforge.rl.verl_backend.preflight" in script and "--training-gpus" in script
+    # A cluster of training nodes only: the run would time out every reward; preflight says so.
+    training_only = {"CPU": 256.0, "GPU": 32.0}
+    [missing] = problems(service, training_only, training_gpus=32)
+    assert "agentforge_eval_gpu" in missing and "--num-gpus=0" in missing
+    assert problems(service, {**training_only, "agentforge_eval_gpu": 8.0}, training_gpus=32) == []
