@@ -245,3 +245,61 @@ def test_evaluations_on_a_node_claim_distinct_devices_and_wait_for_a_free_one(tm
         assert got == [b]  # it takes the device that was given back
     with pytest.raises(RuntimeError, match="no CUDA device on this node"), claim_device(0, tmp_path):
         pass
+
+
+class CancellableEvaluator(FakeEvaluator):
+    """Records cancellations and lets the hung evaluation end, as a cancelled Ray task does."""
+
+    def __init__(self, make_result):
+        super().__init__(make_result)
+        self.cancelled: list[str] = []
+
+    def __call__(self, job: EvalJob):
+        result = super().__call__(job)
+        if job.candidate_source in self.cancelled:
+            raise RuntimeError("task cancelled")  # as ray.get raises for a cancelled task
+        return result
+
+    def cancel(self, job: EvalJob) -> None:
+        self.cancelled.append(job.candidate_source)
+        self.release.set()
+
+
+def test_an_evaluation_is_cancelled_only_when_every_waiting_request_gave_up(make_result):
+    evaluator = CancellableEvaluator(make_result)
+    svc = service(evaluator, request_timeout_s=30)
+    impatient = RewardRequest("level1/relu", "# task", reply("hang"), timeout_s=0.3)
+    patient = RewardRequest("level1/relu", "# task", reply("hang"), timeout_s=1.5)
+
+    async def both():
+        return await asyncio.gather(svc.score_one(impatient), svc.score_one(patient))
+
+    started = time.monotonic()
+    first, second = asyncio.run(both())
+    assert first.status == "timeout" and second.status == "timeout"
+    assert 1.4 < time.monotonic() - started < 5  # the patient one waited its own deadline
+    assert len(evaluator.cancelled) == 1 and "hang" in evaluator.cancelled[0]  # once, by the last
+    assert svc.stats.timeouts == 2 and svc.stats.cancelled == 1 and len(evaluator.calls) == 1
+    # The cancelled evaluation left no verdict: the next request starts a fresh one.
+    time.sleep(0.1)
+    evaluator.release.clear()
+    again = svc.score_sync([RewardRequest("level1/relu", "# task", reply("hang"), timeout_s=0.2)])[0]
+    assert again.status == "timeout" and not again.cached and len(evaluator.calls) == 2
+
+
+def test_a_request_that_outlives_another_ones_deadline_gets_the_verdict(make_result):
+    evaluator = CancellableEvaluator(make_result)
+    svc = service(evaluator, request_timeout_s=30)
+    impatient = RewardRequest("level1/relu", "# task", reply("hang fast"), timeout_s=0.2)
+    patient = RewardRequest("level1/relu", "# task", reply("hang fast"))
+
+    async def both():
+        first = asyncio.ensure_future(svc.score_one(impatient))
+        second = asyncio.ensure_future(svc.score_one(patient))
+        out = await first
+        evaluator.release.set()  # the evaluation ends after the first request gave up
+        return out, await second
+
+    first, second = asyncio.run(both())
+    assert first.status == "timeout" and second.accepted
+    assert evaluator.cancelled == [] and svc.stats.cancelled == 0
