@@ -4,7 +4,8 @@ when `provider.base_url` points at it.
 A server named by base URL is asked, once, what it serves (`GET /models`): its model when none is
 configured (a local server does not serve `gpt-5`), and its context window when it reports one
 (vLLM's `max_model_len`, llama.cpp's `n_ctx` from `/props`, ...), so that a reply is never asked
-for more tokens than the context leaves after the prompt."""
+for more tokens than the context leaves after the prompt, and a prompt too long for the context
+is cut to fit (context_fit.py) rather than refused by the server."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentforge.llm.base import Completion, Message, ProviderError, Usage
+from agentforge.llm.context_fit import estimate_tokens, fit_messages
 from agentforge.llm.pricing import PriceTable
 from agentforge.llm.retry import Retryable, RetryPolicy, call_with_retries, retry_after_s
 from agentforge.settings import ProviderSettings
@@ -55,6 +57,7 @@ class OpenAIProvider:
         self.policy = RetryPolicy(max_retries=settings.max_retries)
         self.on_retry: Callable[[str], None] | None = None  # hears each retry's one-line reason
         self._served: tuple[str | None, int | None] | None = None  # (model, context) the server reports
+        self.prompt_chars_cut = 0  # characters cut from prompts to fit the server's context, all calls
 
     def model_for(self, role: str) -> str:
         if role == "judge" and self.settings.judge_model:
@@ -80,8 +83,20 @@ class OpenAIProvider:
         _, context = self.served()
         if not context:
             return wanted
-        prompt = sum(len(m.content) for m in messages) // CHARS_PER_TOKEN + 16 * len(messages)
+        prompt = estimate_tokens(messages, CHARS_PER_TOKEN)
         return max(MIN_REPLY_TOKENS, min(wanted, context - prompt))
+
+    def fit(self, messages: list[Message], wanted: int) -> tuple[list[Message], int]:
+        """(messages, reply tokens) that fit the server's context together: the prompt is cut so
+        that at least min(wanted, MIN_REPLY_TOKENS) tokens are left for the reply."""
+        _, context = self.served()
+        if not context:
+            return messages, wanted
+        reserve = min(wanted, MIN_REPLY_TOKENS)
+        fitted, cut = fit_messages(messages, context - reserve, context, CHARS_PER_TOKEN)
+        self.prompt_chars_cut += cut
+        prompt = estimate_tokens(fitted, CHARS_PER_TOKEN)
+        return fitted, max(reserve, min(wanted, context - prompt))
 
     def _ask_server(self) -> tuple[str | None, int | None]:
         def listing() -> Any:
@@ -123,10 +138,10 @@ class OpenAIProvider:
         max_tokens: int | None = None, temperature: float | None = None,
     ) -> Completion:
         model = model or self.model_for(role)
+        messages, limit = self.fit(messages, max_tokens or self.settings.max_tokens)
         kwargs: dict[str, Any] = {
             "model": model, "messages": [{"role": m.role, "content": m.content} for m in messages],
         }
-        limit = self.reply_limit(messages, max_tokens or self.settings.max_tokens)
         # OpenAI's own API wants max_completion_tokens; compatible servers know max_tokens.
         kwargs["max_tokens" if self.settings.base_url else "max_completion_tokens"] = limit
         temp = self.settings.temperature if temperature is None else temperature
