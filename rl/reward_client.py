@@ -58,6 +58,9 @@ class RewardClient:
         """RewardService's coroutine: the HTTP call on a worker thread, the loop left free."""
         return await asyncio.to_thread(self.score_sync, requests)
 
+    async def score_one(self, request: RewardRequest) -> RewardRecord:
+        return (await self.score([request]))[0]
+
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(self.url + path, data=data, method=method,

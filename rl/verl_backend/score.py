@@ -10,6 +10,9 @@ Point verl at this file and pass the reward settings as `reward_kwargs`:
 `ground_truth` is the task name, `extra_info` carries `task_source` (and optionally `template`
 and `reference_speedup`), as `dataset.py` writes them. One RewardService per process and config
 file serves every call, so its cache, concurrency limit and timeouts apply across a batch.
+With `reward_kwargs.server_url=http://HOST:PORT` instead of `config_path`, every reward worker
+sends its completions to one reward server (`agentforge rl serve-rewards`), which then holds the
+one cache and concurrency limit for all of them.
 verl normalises scores per group itself (algorithm.adv_estimator=grpo); the score returned here
 is the shaped reward, and the dict's other keys land in verl's reward_extra_info metrics.
 """
@@ -20,10 +23,12 @@ import threading
 from typing import Any
 
 from agentforge.rl.records import RewardRecord
+from agentforge.rl.reward_client import RewardClient
 from agentforge.rl.reward_fn import COMPLETION_MARK
 from agentforge.rl.service import RewardRequest, RewardService
 
 _SERVICES: dict[str, RewardService] = {}
+_CLIENTS: dict[str, RewardClient] = {}
 _LOCK = threading.Lock()
 
 
@@ -40,15 +45,29 @@ def service_for(config_path: str) -> RewardService:
         return service
 
 
+def client_for(server_url: str) -> RewardClient:
+    """The process's client of a reward server (created on first use)."""
+    with _LOCK:
+        client = _CLIENTS.get(server_url)
+        if client is None:
+            client = _CLIENTS[server_url] = RewardClient(server_url)
+        return client
+
+
 async def compute_score(data_source: str, solution_str: str, ground_truth: str,
                         extra_info: dict[str, Any] | None = None, config_path: str | None = None,
-                        **_: Any) -> dict[str, Any]:
-    if config_path is None:
-        raise ValueError("set reward.custom_reward_function.reward_kwargs.config_path to an rl config (TOML)")
-    return await score_with(service_for(config_path), solution_str, ground_truth, extra_info or {})
+                        server_url: str | None = None, **_: Any) -> dict[str, Any]:
+    if server_url:
+        scorer: RewardService | RewardClient = client_for(server_url)
+    elif config_path:
+        scorer = service_for(config_path)
+    else:
+        raise ValueError("set reward.custom_reward_function.reward_kwargs.config_path to an rl config (TOML), "
+                         "or reward_kwargs.server_url to a reward server (agentforge rl serve-rewards)")
+    return await score_with(scorer, solution_str, ground_truth, extra_info or {})
 
 
-async def score_with(service: RewardService, solution_str: str, task_name: str,
+async def score_with(service: RewardService | RewardClient, solution_str: str, task_name: str,
                      extra_info: dict[str, Any]) -> dict[str, Any]:
     template = extra_info.get("template")
     reply = template.replace(COMPLETION_MARK, solution_str) if template else solution_str

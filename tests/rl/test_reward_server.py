@@ -4,6 +4,7 @@ errors and are never evaluated."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -18,6 +19,8 @@ from agentforge.rl.reward_client import RewardClient, RewardServerError
 from agentforge.rl.reward_server import RewardServer
 from agentforge.rl.rewards import build_rewarder
 from agentforge.rl.service import RewardRequest, RewardService, ServiceConfig
+from agentforge.rl.tiny import smoke_task, smoke_template
+from agentforge.rl.verl_backend import score
 
 GOOD, WRONG, HANG = "v=v>0.0f?v:0.0f;", "v=-v;", "for(volatile int s=1;s;){}"
 
@@ -85,27 +88,15 @@ def test_a_trainer_in_another_process_gets_rewards_from_the_cli_server(build_cac
         assert "no verdict within 6 s" in hung["detail"]
         health = RewardClient(url).health()
         assert health["stats"]["evaluations"] == 4 and health["stats"]["timeouts"] == 1
-        # The server's cache answers a second trainer at once.
-        again = RewardClient(url).score_sync([RewardRequest(
-            "smoke/relu", _smoke_source(), _smoke_reply(GOOD))])[0]
-        assert again.cached and again.reward == good
+        # verl's score function, pointed at the server: its cache answers at once.
+        again = asyncio.run(score.compute_score("agentforge", GOOD, "smoke/relu", {
+            "task_source": smoke_task()[1], "template": smoke_template()}, server_url=url))
+        assert again["cached"] == 1.0 and again["score"] == good and again["accepted"] == 1.0
     finally:
         server.send_signal(signal.SIGTERM)
         _, err = server.communicate(timeout=30)
     assert server.returncode == 0, err[-2000:]
     assert (tmp_path / "cache.jsonl").read_text().count("\n") == 3  # the hung one's timeout is not kept
-
-
-def _smoke_source() -> str:
-    from agentforge.rl.tiny import smoke_task
-
-    return smoke_task()[1]
-
-
-def _smoke_reply(body: str) -> str:
-    from agentforge.rl.tiny import smoke_template
-
-    return smoke_template().replace("{completion}", body)
 
 
 @pytest.fixture
