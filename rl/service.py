@@ -11,9 +11,9 @@ A request's timeout starts when its evaluation starts, not while it queues; a re
 a shorter one (`RewardRequest.timeout_s`). When it expires the request gets a `timeout` verdict.
 Once every request waiting on an evaluation has timed out, its slot is handed to the next job and
 the evaluation is abandoned: a Ray task is cancelled (its sandbox child killed); a local one is
-left to the sandbox's own wall-clock limit. One hung candidate never blocks the training step,
-nor the candidates queued behind it. Another process reaches the service over HTTP
-(reward_server.py).
+left to the sandbox's own wall-clock limit (by default `request_timeout_s` + 10 s). One hung
+candidate never blocks the training step, nor the candidates queued behind it. Another process
+reaches the service over HTTP (reward_server.py).
 
 A task that fails on its own (a `task_error` verdict: it does not import, or its inputs or
 reference fail) is not evaluated again: later completions for it are answered at once with that
@@ -320,11 +320,18 @@ def job_keywords(config: ServiceConfig) -> dict[str, Any]:
     return keywords
 
 
+ABANDONED_GRACE_S = 10.0  # how long a local evaluation may outlive its request's timeout
+
+
 def default_evaluate_fn(config: ServiceConfig) -> EvaluateFn:
     if config.executor == "ray":
         return RayEvaluate(address=config.ray_address, num_gpus=config.ray_num_gpus,
                            sandbox_options=config.sandbox_options, resources=config.ray_resources)
-    return LocalEvaluate(config.sandbox_options)
+    options = dict(config.sandbox_options)
+    # A local evaluation cannot be cancelled: unless told otherwise, the sandbox's own wall-clock
+    # limit ends an abandoned one soon after its request timed out, not 10 minutes later.
+    options.setdefault("timeout_s", config.request_timeout_s + ABANDONED_GRACE_S)
+    return LocalEvaluate(options)
 
 
 @dataclass(frozen=True)

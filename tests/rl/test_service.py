@@ -303,3 +303,11 @@ def test_a_request_that_outlives_another_ones_deadline_gets_the_verdict(make_res
     first, second = asyncio.run(both())
     assert first.status == "timeout" and second.accepted
     assert evaluator.cancelled == [] and svc.stats.cancelled == 0
+
+
+def test_a_local_evaluation_outlives_its_request_by_a_short_grace_only():
+    from agentforge.rl.service import default_evaluate_fn
+
+    assert default_evaluate_fn(ServiceConfig(request_timeout_s=30)).sandbox_options["timeout_s"] == 40.0
+    explicit = ServiceConfig(request_timeout_s=30, sandbox_options={"timeout_s": 600.0})
+    assert default_evaluate_fn(explicit).sandbox_options["timeout_s"] == 600.0
