@@ -2,7 +2,8 @@
 
     [model]      which policy: a local path or hub id, or `tiny = true` for the CPU proof
     [lora]       LoRA through peft (enabled = true)
-    [data]       which prompts: the smoke problem, or suites with a train / held-out split
+    [data]       which prompts: the smoke problems, or suites with a train / held-out split
+    [multi_turn] Kevin-style episodes: turns of code -> verdict -> revised code, discounted credit
     [reward]     rewards.RewardConfig: shaper, failure reward, significance gate
     [normalize]  group z-scoring with clipping, in the reward function or left to TRL
     [service]    service.ServiceConfig: backend, device, concurrency, timeouts, executor, cache
@@ -51,7 +52,11 @@ class LoraSection:
 
 @dataclass(frozen=True)
 class DataSection:
-    source: str = "smoke"  # smoke: the CPU smoke problem | suite: tasks of `suites`
+    source: str = "smoke"  # smoke: the CPU smoke problems | suite: tasks of `suites`
+    smoke_tasks: tuple[str, ...] = ("relu",)  # source = smoke: keys of rl/tiny.py's SMOKE_TASKS
+    # Read each task's shipped reference kernel record (same device and shape) for the reward's
+    # beats_reference tier (rl/reference.py); records carry it as reference = "recorded".
+    reference_records: bool = True
     suites: tuple[str, ...] = ("level1",)  # suite names (tasks/<name>/) or folders
     tasks_root: str | None = None  # None: the repository's tasks/
     eval_suites: tuple[str, ...] = ()  # suites used for evaluation: decontaminated against
@@ -72,8 +77,17 @@ class NormalizeSection:
 
 
 @dataclass(frozen=True)
+class MultiTurnSection:
+    # 1: plain single-turn GRPO. N > 1: each group of `num_generations` completions is
+    # num_generations / N episodes of N turns; turn t+1's prompt shows the earlier turns' code and
+    # the evaluator's verdict; each turn is trained with its discounted return (rl/multi_turn.py).
+    max_turns: int = 1
+    gamma: float = 0.4  # G_t = r_t + gamma * G_{t+1} (Kevin: 0.4)
+
+
+@dataclass(frozen=True)
 class OutputSection:
-    dir: str = "results/rl/run"
+    dir: str = "runs/rl/run"  # runs/ is git-ignored: checkpoints never land in the tracked tree
     resume: bool = True  # continue from the last checkpoint in `dir` when there is one
     plot: bool = True
 
@@ -86,6 +100,7 @@ class RLConfig:
     data: DataSection = field(default_factory=DataSection)
     reward: RewardConfig = field(default_factory=RewardConfig)
     normalize: NormalizeSection = field(default_factory=NormalizeSection)
+    multi_turn: MultiTurnSection = field(default_factory=MultiTurnSection)
     service: ServiceConfig = field(default_factory=ServiceConfig)
     grpo: dict[str, Any] = field(default_factory=dict)
     sft: dict[str, Any] = field(default_factory=dict)
@@ -98,7 +113,8 @@ class RLConfig:
 
 _SECTIONS: dict[str, type] = {
     "model": ModelSection, "lora": LoraSection, "data": DataSection, "reward": RewardConfig,
-    "normalize": NormalizeSection, "service": ServiceConfig, "output": OutputSection,
+    "normalize": NormalizeSection, "multi_turn": MultiTurnSection, "service": ServiceConfig,
+    "output": OutputSection,
 }
 
 
@@ -157,7 +173,19 @@ def _validate(config: RLConfig, where: str) -> None:
         (config.model.tiny or bool(config.model.name_or_path),
          "[model] needs name_or_path (a hub id or local folder), or tiny = true"),
         (0.0 <= config.data.held_out_fraction < 1.0, "[data] held_out_fraction must lie in [0, 1)"),
+        (config.multi_turn.max_turns >= 1, "[multi_turn] max_turns must be >= 1"),
+        (0.0 <= config.multi_turn.gamma <= 1.0, "[multi_turn] gamma must lie in [0, 1]"),
+        (config.multi_turn.max_turns == 1 or config.grpo.get("num_generations", 8) % config.multi_turn.max_turns == 0,
+         "[grpo] num_generations must be a multiple of [multi_turn] max_turns (a group is whole episodes)"),
+        (config.multi_turn.max_turns == 1 or not config.grpo.get("use_vllm", False),
+         "[multi_turn] episodes generate in process with transformers; set [grpo] use_vllm = false"),
     ]
     for ok, message in checks:
         if not ok:
             raise RLConfigError(f"{where}: {message}")
+    if config.data.source == "smoke":
+        from agentforge.rl.tiny import SMOKE_TASKS
+
+        unknown = [t for t in config.data.smoke_tasks if t not in SMOKE_TASKS]
+        if unknown or not config.data.smoke_tasks:
+            raise RLConfigError(f"{where}: [data] smoke_tasks {unknown or '[]'}: choose from {sorted(SMOKE_TASKS)}")

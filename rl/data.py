@@ -21,7 +21,12 @@ from typing import TYPE_CHECKING, Any
 from agentforge.rl.prompts import KernelHistory, contrastive_prompt, plain_prompt, stored_source
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from agentforge.rl.reference import RecordedReference
     from agentforge.rl.service import RewardService
+
+    RecordedLookup = Callable[[str], RecordedReference | None]
 
 
 @dataclass(frozen=True)
@@ -165,14 +170,24 @@ def grpo_rows(items: Sequence[TaskItem], backend: str = "cuda", history: KernelH
     return rows
 
 
-def smoke_rows(repeat: int = 8) -> list[dict[str, Any]]:
-    """The CPU smoke problem: a short prompt; the completion is placed into a lean C++ skeleton."""
-    from agentforge.rl.tiny import SMOKE_PROMPT, smoke_task, smoke_template
+def smoke_rows(repeat: int = 8, tasks: Sequence[str] = ("relu",), reference: RecordedLookup | None = None
+               ) -> list[dict[str, Any]]:
+    """The CPU smoke problems (rl/tiny.py's pool): a prompt word each; the completion is placed
+    into the task's lean C++ skeleton. `reference(task_name)` gives the shipped kernel's recorded
+    speedup where one applies (its columns `reference_speedup` and `reference_record`)."""
+    from agentforge.rl.tiny import smoke_entry
 
-    name, source = smoke_task()
-    row = {"prompt": SMOKE_PROMPT, "task_name": name, "task_source": source, "template": smoke_template(),
-           "prompt_version": "smoke"}
-    return [dict(row) for _ in range(repeat)]
+    rows = []
+    for key in tasks:
+        entry = smoke_entry(key)
+        row = {"prompt": entry.prompt, "task_name": entry.task_name, "task_source": entry.task_path.read_text(),
+               "template": entry.skeleton.read_text(), "prompt_version": "smoke",
+               "reference_speedup": None, "reference_record": None}
+        found = reference(entry.task_name) if reference is not None else None
+        if found is not None:
+            row["reference_speedup"], row["reference_record"] = found.speedup, found.source
+        rows += [dict(row) for _ in range(repeat)]
+    return rows
 
 
 @dataclass(frozen=True)

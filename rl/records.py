@@ -30,8 +30,13 @@ class RewardRecord:
     effective_speedup: float | None = None  # after the significance gate (1.0 inside the noise)
     significant: bool | None = None  # None when there was no timing to judge
     flags: tuple[str, ...] = ()  # integrity rules that fired
+    # Where the reference-kernel tier's comparison came from: "timed" (a reference baseline timed
+    # beside the candidate), "recorded" (the shipped kernel's record.json; meta["reference_record"]
+    # names it), None (no reference known: the tier was out of reach).
+    reference: str | None = None
     provenance: dict[str, Any] = field(default_factory=dict)  # gpu, versions, track, evaluator
     cached: bool = False
+    summary: str = ""  # EvalResult.summary(): the verdict in one line, for multi-turn prompts
     meta: dict[str, Any] = field(default_factory=dict)  # the request's extra columns
 
     @property

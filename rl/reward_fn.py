@@ -3,10 +3,12 @@
 TRL calls `await reward(prompts=..., completions=..., **dataset_columns, log_metric=...)` once
 per generation batch. Each row's columns say which task it is (`task_name`, `task_source`) and,
 optionally, a `template` the completion is placed into at `{completion}` (the CPU smoke run's
-tiny policy writes only a kernel's loop body). The reward of each completion comes from the
-service; group z-scoring with clipping is applied here when `group_clip` is set, with groups of
-`num_generations` consecutive completions (TRL's layout on one process). Every record is
-appended to a JSONL log, and batch metrics go to the trainer's log through `log_metric`.
+tiny policy writes only a kernel's loop body), and the shipped reference kernel's recorded
+speedup (`reference_speedup`, with `reference_record` naming the record it came from). The
+reward of each completion comes from the service; group z-scoring with clipping is applied
+here when `group_clip` is set, with groups of `num_generations` consecutive completions (TRL's
+layout on one process). Every record is appended to a JSONL log, and batch metrics go to the
+trainer's log through `log_metric`.
 """
 
 from __future__ import annotations
@@ -62,10 +64,12 @@ class ServiceReward:
         template = _column(columns, "template", i)
         reply = template.replace(COMPLETION_MARK, text) if template else text
         ref = _column(columns, "reference_speedup", i)
+        meta = {"step": step, "index": i, "group": i // self.num_generations, "completion": text}
+        if ref and _column(columns, "reference_record", i):
+            meta["reference_record"] = _column(columns, "reference_record", i)
         return RewardRequest(
             task_name=_column(columns, "task_name", i), task_source=_column(columns, "task_source", i),
-            completion=reply, reference_speedup=float(ref) if ref else None,
-            meta={"step": step, "index": i, "group": i // self.num_generations, "completion": text},
+            completion=reply, reference_speedup=float(ref) if ref else None, meta=meta,
         )
 
     def _log(self, records: Sequence[RewardRecord], advantages: Sequence[float], step: int) -> None:
@@ -103,6 +107,8 @@ def batch_metrics(records: Sequence[RewardRecord], num_generations: int) -> dict
     names = sorted({k for r in records for k in r.components})
     for name in names:
         metrics[f"rl/reward_{name}"] = sum(r.components.get(name, 0.0) for r in records) / n
+    for tier in ("beats_eager", "beats_compile", "beats_reference"):
+        metrics[f"rl/{tier}_rate"] = sum(tier in r.components for r in records) / n
     speedups = [r.speedup for r in records if r.speedup is not None]
     if speedups:
         metrics["rl/speedup_median"] = statistics.median(speedups)

@@ -62,6 +62,7 @@ class Measured:
     significant: bool
     vs_compile: float | None = None  # vs the best torch.compile mode, gated; None if not timed
     vs_reference: float | None = None  # vs the shipped reference kernel, gated; None if unknown
+    reference_from: str | None = None  # "timed" (a reference baseline in the result), "recorded", None
 
 
 # ----- shapers ------------------------------------------------------------------------------
@@ -111,24 +112,35 @@ class LogSpeedup(Shaper):
 class Milestones(Shaper):
     """CUDA Agent's stepped reward: correct, then faster than eager by a margin, then also
     faster than the best torch.compile, then also faster than the shipped reference kernel.
-    Robust to timing noise because only crossing a line changes the reward."""
+    Robust to timing noise because only crossing a line changes the reward.
+
+    `skip_untimed_compile`: when the job did not time torch.compile (on a CPU its compile costs
+    tens of seconds per evaluation), the compile line is skipped instead of ending the ladder, so
+    a kernel faster than eager and than the reference kernel still reaches `beats_reference`.
+    Off by default: a ladder with a missing rung is a weaker claim, and the config must say so."""
 
     correct: float = 1.0
     beats_eager: float = 2.0
     beats_compile: float = 3.0
     beats_reference: float = 4.0
     eager_margin: float = 1.05  # "more than 5 % faster than eager"
+    skip_untimed_compile: bool = False
 
     def __call__(self, m: Measured) -> dict[str, float]:
         parts = {"correct": self.correct}
         if m.effective <= self.eager_margin:
             return parts
         parts["beats_eager"] = self.beats_eager - self.correct
-        if m.vs_compile is None or m.vs_compile <= 1.0:
+        below = self.beats_eager
+        if m.vs_compile is None and self.skip_untimed_compile:
+            pass  # not measured, and the config says to step over it
+        elif m.vs_compile is None or m.vs_compile <= 1.0:
             return parts
-        parts["beats_compile"] = self.beats_compile - self.beats_eager
+        else:
+            parts["beats_compile"] = self.beats_compile - self.beats_eager
+            below = self.beats_compile
         if m.vs_reference is not None and m.vs_reference > 1.0:
-            parts["beats_reference"] = self.beats_reference - self.beats_compile
+            parts["beats_reference"] = self.beats_reference - below
         return parts
 
     def min_reward(self) -> float:
@@ -197,7 +209,7 @@ class Rewarder:
         base = dict(
             task_name=result.task_name, candidate_hash=result.candidate_hash, status=result.status.value,
             shaper=self.shaper.name, flags=flags, provenance=provenance_of(result), cached=cached,
-            meta=dict(meta or {}),
+            meta=dict(meta or {}), summary=result.summary(),
         )
         if result.status == Status.TASK_ERROR:
             reward = self.config.task_error_reward
@@ -213,7 +225,8 @@ class Rewarder:
         return RewardRecord(
             accepted=True, reward=float(sum(parts.values())), components=parts,
             speedup=result.speedup, speedup_vs_compile=result.speedup_vs_compile,
-            effective_speedup=measured.effective, significant=measured.significant, **base,
+            effective_speedup=measured.effective, significant=measured.significant,
+            reference=measured.reference_from, **base,
         )
 
     def no_code(self, task_name: str, meta: dict[str, Any] | None = None) -> RewardRecord:
@@ -239,16 +252,18 @@ class Rewarder:
         if compile_stats is not None and cand.median_us > 0:
             vs_compile, _ = sig.effective(compile_stats.median_us / cand.median_us,
                                           sig.threshold(cand, compile_stats))
-        vs_reference = None
+        vs_reference, reference_from = None, None
         ref_stats = timing.baselines.get("reference")
         if ref_stats is not None and cand.median_us > 0:
             vs_reference, _ = sig.effective(ref_stats.median_us / cand.median_us,
                                             sig.threshold(cand, ref_stats))
+            reference_from = "timed"
         elif reference_speedup is not None and reference_speedup > 0:
             # Across processes only ratios compare: ours vs eager against the shipped one's.
             vs_reference, _ = sig.effective(speedup / reference_speedup, eager_thr)
+            reference_from = "recorded"
         return Measured(speedup=speedup, effective=effective, significant=significant,
-                        vs_compile=vs_compile, vs_reference=vs_reference)
+                        vs_compile=vs_compile, vs_reference=vs_reference, reference_from=reference_from)
 
 
 def _best_compile(baselines: dict[str, TimingStats]) -> TimingStats | None:

@@ -4,7 +4,7 @@ the identity does not pass for ReLU."""
 import torch
 
 N = 4096
-SHAPES = {"default": {"N": 4096}, "odd": {"N": 1001}}
+SHAPES = {"default": {"N": 4096}, "cpu": {"N": 4096}, "odd": {"N": 1001}}  # cpu: the smoke runs' shape
 TAGS = ["elementwise", "smoke"]
 
 

@@ -115,3 +115,32 @@ def test_verify_keeps_only_what_the_evaluator_accepts(make_result):
     kept = verify(kernels, service)
     assert [k.source.split()[1] for k in kept] == ["good"]
     assert kept[0].verified and kept[0].speedup == 1.25
+
+
+def test_smoke_rows_pair_each_task_with_its_skeleton_and_recorded_reference():
+    from agentforge.rl.reference import RecordedReference
+
+    def lookup(task):
+        found = RecordedReference(2.0, "results/kernels/cpu/x/record.json", "cpu", "cpu")
+        return found if task.startswith("level2") else None
+
+    rows = smoke_rows(2, ("relu", "add_mul_relu"), lookup)
+    assert [r["task_name"] for r in rows] == ["smoke/relu"] * 2 + ["level2/add_mul_relu"] * 2
+    relu, fused = rows[0], rows[2]
+    assert relu["prompt"] == "relu:" and relu["reference_speedup"] is None
+    assert fused["prompt"] == "add_mul_relu:" and fused["reference_speedup"] == 2.0
+    assert fused["reference_record"] == "record:results/kernels/cpu/x/record.json#cpu"
+    assert "{completion}" in fused["template"] and "omp parallel for" in fused["template"]
+    assert "class Model" in fused["task_source"] and '"cpu"' in fused["task_source"]
+    with pytest.raises(KeyError, match="choose from"):
+        smoke_rows(1, ("nope",))
+
+
+def test_the_shipped_cpu_record_gives_the_fused_smoke_task_a_reference():
+    from agentforge.rl.reference import recorded_reference, this_device
+
+    slug, name = this_device("cpu")
+    found = recorded_reference("level2/add_mul_relu", "cpu", slug, "cpu", name)
+    if found is None:  # another CPU model than the record's: the tier is honestly out of reach here
+        pytest.skip(f"the shipped record was measured on another CPU than {name!r}")
+    assert found.speedup > 1.0 and found.source == "record:results/kernels/cpu/level2/add_mul_relu/record.json#cpu"

@@ -261,3 +261,49 @@ def test_with_the_real_evaluator_a_broken_task_is_rewarded_as_a_task_error_once(
     assert "TaskInputsError" in first.meta["task_error"] and "deliberately broken" in first.meta["task_error"]
     [second] = svc.score_sync([RewardRequest("level1/broken", BROKEN_GET_INPUTS, answer + "\n# v2")])
     assert second.status == "task_error" and svc.stats.evaluations == 1
+
+
+def test_milestones_can_step_over_an_untimed_compile_rung(make_result):
+    strict = build_rewarder(RewardConfig(shaper="milestones"))
+    skipping = build_rewarder(RewardConfig(shaper="milestones", shaper_params={"skip_untimed_compile": True}))
+    fast = make_result(candidate_us=25.0, eager_us=100.0)  # 4x eager, compile not timed
+    # The shipped kernel did 2x: ours beats it by the recorded ratio.
+    assert strict.score(fast, reference_speedup=2.0).reward == 2.0  # the ladder stops at the missing rung
+    record = skipping.score(fast, reference_speedup=2.0)
+    assert record.reward == 4.0 and record.components == {"correct": 1.0, "beats_eager": 1.0,
+                                                          "beats_reference": 2.0}
+    assert record.reference == "recorded"
+    assert skipping.score(fast, reference_speedup=5.0).reward == 2.0  # slower than the shipped kernel
+    assert skipping.score(fast).reward == 2.0 and skipping.score(fast).reference is None
+    # A timed compile baseline is still a rung when it is there.
+    timed = make_result(candidate_us=25.0, eager_us=100.0, compile_us=20.0)
+    assert skipping.score(timed, reference_speedup=2.0).reward == 2.0
+
+
+def test_the_record_says_where_the_reference_came_from(make_result):
+    rewarder = build_rewarder(RewardConfig(shaper="milestones"))
+    timed = rewarder.score(make_result(candidate_us=25.0, eager_us=100.0, compile_us=50.0, reference_us=40.0),
+                           reference_speedup=100.0)  # a timed reference wins over a recorded one
+    assert timed.reference == "timed" and timed.reward == 4.0
+    assert "summary" in timed.to_dict() and "level1/relu" in timed.summary
+
+
+def test_recorded_reference_matches_device_and_shape(tmp_path):
+    import json
+
+    from agentforge.rl.reference import recorded_reference
+
+    folder = tmp_path / "cpu" / "level2" / "fused"
+    folder.mkdir(parents=True)
+    (folder / "kernel.py").write_text("class ModelNew: ...\n")
+    (folder / "meta.json").write_text(json.dumps({"backend": "cpu", "task": "level2/fused"}))
+    record = {"measured": True, "machine": {"device": "Xeon X"}, "summary": {"per_shape": {
+        "cpu": {"accepted": True, "speedup": 2.5}, "small": {"accepted": False, "speedup": 9.0}}}}
+    (folder / "record.json").write_text(json.dumps(record))
+    found = recorded_reference("level2/fused", "cpu", "cpu", "cpu", "Xeon X", root=tmp_path)
+    assert found is not None and found.speedup == 2.5 and found.source.endswith("record.json#cpu")
+    assert recorded_reference("level2/fused", "cpu", "cpu", "small", "Xeon X", root=tmp_path) is None  # rejected
+    assert recorded_reference("level2/fused", "cpu", "cpu", "odd", "Xeon X", root=tmp_path) is None  # no shape
+    assert recorded_reference("level2/fused", "cpu", "cpu", "cpu", "EPYC Y", root=tmp_path) is None  # other CPU
+    assert recorded_reference("level2/fused", "cpu", "h100", "cpu", None, root=tmp_path) is None  # other device
+    assert recorded_reference("level2/fused", "triton", "cpu", "cpu", None, root=tmp_path) is None
