@@ -46,7 +46,7 @@ class RayEvaluate:
         self.cancel_grace_s = cancel_grace_s
         self._remote: Any = None
         self._lock = threading.Lock()
-        self._refs: dict[int, Any] = {}  # id(job) -> its task, while in flight
+        self._refs: dict[int, Any] = {}  # id(job) -> its task (None while submitted), in flight
         self._cancelled: set[int] = set()  # cancelled before their task was submitted
 
     def __getstate__(self) -> dict[str, Any]:
@@ -70,13 +70,15 @@ class RayEvaluate:
     def __call__(self, job: EvalJob) -> EvalResult:
         import ray
 
-        remote = self._task()
-        claim = job.device.startswith("cuda") and self.num_gpus == 0
-        ref = remote.remote(job.to_json(), self.sandbox_options, claim)
         with self._lock:
-            self._refs[id(job)] = ref
-            cancelled = id(job) in self._cancelled
+            self._refs[id(job)] = None  # being submitted
         try:
+            remote = self._task()
+            claim = job.device.startswith("cuda") and self.num_gpus == 0
+            ref = remote.remote(job.to_json(), self.sandbox_options, claim)
+            with self._lock:
+                self._refs[id(job)] = ref
+                cancelled = id(job) in self._cancelled
             if cancelled:
                 self._interrupt(ref)
             return EvalResult.from_json(ray.get(ref))
@@ -86,10 +88,13 @@ class RayEvaluate:
                 self._cancelled.discard(id(job))
 
     def cancel(self, job: EvalJob) -> None:
-        """Stop `job`'s task: nobody waits for its verdict any more."""
+        """Stop `job`'s task: nobody waits for its verdict any more. A job not in flight here
+        (finished already) is left alone."""
         with self._lock:
-            ref = self._refs.get(id(job))
-            if ref is None:
+            if id(job) not in self._refs:
+                return
+            ref = self._refs[id(job)]
+            if ref is None:  # its task is being submitted: interrupted as soon as it is
                 self._cancelled.add(id(job))
                 return
         self._interrupt(ref)
