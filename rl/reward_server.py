@@ -51,11 +51,11 @@ class RewardServer:
 
     def __init__(self, service: RewardService, host: str = "127.0.0.1", port: int = 0) -> None:
         self.service = service
+        self.httpd = ThreadingHTTPServer((host, port), _handler(self))  # first: a taken port fails here
+        self.httpd.daemon_threads = True
         self._loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="reward-loop")
         self._loop_thread.start()
-        self.httpd = ThreadingHTTPServer((host, port), _handler(self))
-        self.httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 
     @property

@@ -153,3 +153,25 @@ def test_unknown_endpoints_and_the_client_side_errors(server):
 def test_an_unreachable_server_is_named():
     with pytest.raises(RewardServerError, match=r"cannot reach the reward server at http://127.0.0.1:9"):
         RewardClient("http://127.0.0.1:9", timeout_s=5).health()
+
+
+def test_the_cli_refuses_a_bad_config_or_a_taken_port(tmp_path):
+    import socket
+
+    from typer.testing import CliRunner
+
+    from agentforge.cli import app
+
+    runner = CliRunner()
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[model]\ntiny = true\n[service]\nexecutor = "slurm"\n')
+    result = runner.invoke(app, ["rl", "serve-rewards", "--config", str(bad), "--port", "0"])
+    assert result.exit_code == 2 and "unknown reward executor 'slurm'" in result.output
+    good = tmp_path / "good.toml"
+    good.write_text("[model]\ntiny = true\n")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = runner.invoke(app, ["rl", "serve-rewards", "--config", str(good), "--port", str(port)])
+    assert result.exit_code == 2 and f"cannot listen on 127.0.0.1:{port}" in result.output
