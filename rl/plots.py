@@ -28,8 +28,12 @@ def plot_training(log_history: Sequence[dict[str, Any]], records_path: Path, out
     ax.plot(steps, [h["rl/raw_reward_mean"] for h in logs], marker="o", label="raw reward (mean)")
     if logs and "reward" in logs[0]:
         ax.plot(steps, [h.get("reward", 0.0) for h in logs], marker=".", label="normalised reward")
+    turns = sorted({k for h in logs for k in h if k.startswith("rl/turn") and k.endswith("_reward_mean")})
+    for key in turns:  # multi-turn runs: each turn's raw reward
+        ax.plot(steps, [h.get(key, 0.0) for h in logs], marker="x", linestyle=":",
+                label=key.removeprefix("rl/").removesuffix("_reward_mean") + " raw")
     ax.set_title("reward per step")
-    ax.legend()
+    ax.legend(fontsize=8)
     ax = axes[0][1]
     for key in ("rl/acceptance_rate", "rl/integrity_flag_rate", "rl/compile_error_rate", "rl/no_code_rate"):
         ax.plot(steps, [h.get(key, 0.0) for h in logs], marker="o", label=key.split("/")[1])
