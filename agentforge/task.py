@@ -89,6 +89,7 @@ class Task:
             raise TaskLoadError(str(path or name), f"needs a model hub ({hub}; KernelBench level 4), "
                                 "which agentforge does not download from")
         self.module = _exec_source(source, where=str(path or name))
+        self._derived: dict[str, dict[str, Any]] = {}  # hidden variants: usable, never listed in `shapes`
         self._validate()
 
     # ----- metadata -------------------------------------------------------------------------
@@ -132,6 +133,30 @@ class Task:
     @property
     def source_hash(self) -> str:
         return hashlib.sha256(self.source.encode()).hexdigest()[:16]
+
+    def scaling_sizes(self) -> dict[str, tuple[int, ...]]:
+        """The integer module globals that the declared shape variants set to more than one value,
+        each with its values (the module's own first): what the task says may scale. A size no
+        variant changes, or one fixed inside `get_inputs`, is not here."""
+        values: dict[str, list[int]] = {}
+        for name in self.shapes:
+            for key, value in self.sizes(name).items():
+                if type(value) is int and value > 0 and value not in values.setdefault(key, []):
+                    values[key].append(value)
+        return {k: tuple(v) for k, v in values.items() if len(v) > 1}
+
+    def add_derived_shape(self, name: str, overrides: dict[str, int]) -> None:
+        """A variant derived by the evaluator (a hidden shape): `shape_variant(name)` and everything
+        built on it accept it; `shapes` does not list it, so nothing else finds it."""
+        if name in self.shapes:
+            raise ValueError(f"task {self.name} declares a shape named {name!r} already")
+        unknown = [k for k in overrides if k not in vars(self.module)]
+        if unknown:
+            raise ValueError(f"{unknown} are not module globals of task {self.name}")
+        self._derived[name] = dict(overrides)
+
+    def remove_derived_shape(self, name: str) -> None:
+        self._derived.pop(name, None)
 
     def sizes(self, shape: str = DEFAULT_SHAPE) -> dict[str, Any]:
         """The module-level sizes in force for a shape variant (its overrides applied)."""
@@ -258,6 +283,8 @@ class Task:
     # ----- internals --------------------------------------------------------------------
     def _shape_overrides(self, shape: str) -> dict[str, Any]:
         shapes = self.shapes
+        if shape in self._derived:
+            return {**shapes.get(DEFAULT_SHAPE, {}), **self._derived[shape]}
         if shape not in shapes:
             raise KeyError(f"task {self.name} has no shape {shape!r}; it has {sorted(shapes)}")
         return dict(shapes[shape])

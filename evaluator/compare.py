@@ -4,6 +4,7 @@ stage and by the re-checks of timed outputs."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,17 +49,21 @@ def reference_output_dtypes(model: torch.nn.Module, inputs: list[Any]) -> tuple[
     return None if out is None else tuple(t.dtype for t in flatten_tensors(out))
 
 
-def compare(candidate: Any, reference: Any, task_dtype: torch.dtype, atol: float, rtol: float,
+def compare(candidate: Any, reference: Any, task_dtype: torch.dtype, atol: float | Sequence[float], rtol: float,
             check_dtype: bool = True, dtypes: tuple[torch.dtype, ...] | None = None) -> Comparison:
     """`reference` was computed in a higher precision; `dtypes` are the output dtypes a
-    task-precision run returns (`reference_output_dtypes`), else `expected_dtype` guesses them."""
+    task-precision run returns (`reference_output_dtypes`), else `expected_dtype` guesses them.
+    `atol` is one value for every output, or one per output (a calibrated tolerance's)."""
     cands = list(flatten_tensors(candidate))
     refs = list(flatten_tensors(reference))
     if len(cands) != len(refs):
         return Comparison(False, failed_check="output_count",
                           message=f"{len(cands)} output tensors, the reference has {len(refs)}")
+    atols = [float(atol)] * len(refs) if isinstance(atol, int | float) else [float(a) for a in atol]
+    if len(atols) != len(refs):
+        raise ValueError(f"{len(atols)} absolute tolerances for {len(refs)} outputs")
     worst_abs = worst_rel = 0.0
-    for i, (c, r) in enumerate(zip(cands, refs, strict=True)):
+    for i, (c, r, atol_i) in enumerate(zip(cands, refs, atols, strict=True)):
         if tuple(c.shape) != tuple(r.shape):
             return Comparison(False, failed_check="shape",
                               message=f"output {i} has shape {tuple(c.shape)}, expected {tuple(r.shape)}")
@@ -81,12 +86,12 @@ def compare(candidate: Any, reference: Any, task_dtype: torch.dtype, atol: float
         if diff.numel():
             worst_abs = max(worst_abs, float(diff.max()))
             worst_rel = max(worst_rel, float((diff / scale.clamp_min(1e-12)).max()))
-            excess = diff - (atol + rtol * scale)
+            excess = diff - (atol_i + rtol * scale)
             if bool((excess > 0).any()):
                 bad = int((excess > 0).sum())
                 return Comparison(False, worst_abs, worst_rel, "allclose",
-                                  f"output {i}: {bad} of {diff.numel()} elements outside atol={atol:g} "
-                                  f"rtol={rtol:g} (max abs err {float(diff.max()):.3g})")
+                                  f"output {i}: {bad} of {diff.numel()} elements outside atol={atol_i:.3g} "
+                                  f"rtol={rtol:.3g} (max abs err {float(diff.max()):.3g})")
     return Comparison(True, worst_abs, worst_rel)
 
 

@@ -33,7 +33,10 @@ RULES: dict[str, str] = {
     "dynamic_import": "the candidate imports modules by computed names (__import__, importlib), hiding what it uses",
     "library_fallback": "the candidate computes with another library (numpy, SciPy, JAX, BLAS, cuBLAS, cuDNN)",
     "fast_math": "the candidate turns on fast-math from its source (pragma, attribute, flag in a string)",
-    "shape_specialised": "correct on the default shape but not on other shape variants",
+    "shape_specialised": "correct on some shapes but not on others: another declared variant, or a hidden shape "
+                         "derived from them per evaluation",
+    "precision_downgrade": "an fp32 task computed at lower precision (fp16, bf16, TF32 rounding): the error "
+                           "against fp64 is far above eager fp32's on the same inputs",
     "l2_persistence": "the candidate set a persisting-L2 carve-out or access window",
     "below_speed_of_light": "measured time below the task's speed-of-light floor",
     "speedup_over_10x": "speedup over 10x: marked for a person's audit",

@@ -53,7 +53,9 @@ from agentforge.evaluator.stage_correctness import (
     CorrectnessOutcome,
     CorrectnessSettings,
     build_remote,
+    check_hidden_shapes,
     check_shape,
+    precision_policy,
     reference_dtype_for,
 )
 from agentforge.evaluator.stage_timing import measure
@@ -85,6 +87,7 @@ class Context:
     flags: list[Flag] = field(default_factory=list)
     compile: CompileRecord | None = None
     seeds: dict[str, int] = field(default_factory=dict)  # secret until the verdict is written
+    correctness_notes: dict[str, Any] = field(default_factory=dict)  # tolerances used, hidden shapes run
 
 
 def track_settings(job: EvalJob) -> tuple[TimingConfig, CorrectnessConfig]:
@@ -209,15 +212,18 @@ def _with_worker(ctx: Context, task: Task, client: WorkerClient, shapes: list[st
     # ----- correctness, gathering run-time evidence for the integrity rules
     ctx.stage = Stage.CORRECTNESS
     outcome = CorrectnessOutcome()
+    ctx.correctness_notes = outcome.notes
     try:
         with torch.no_grad():
             for index, shape in enumerate(shapes):
                 check_shape(task, client, shape, index, ctx.device, settings, outcome)
+            check_hidden_shapes(task, client, shapes, ctx.device, settings, outcome)
     except CandidateRaised as exc:
         _collect_flags(ctx, static, outcome, task, _final(client))
         return _finish(ctx, Status.RUNTIME_ERROR, correctness=outcome.records, error=exc.record)
     final = _final(client)
     _collect_flags(ctx, static, outcome, task, final)
+    ctx.flags += [integrity.flag(rule, evidence, "audit") for rule, evidence in outcome.audits]
     failed = [r for r in outcome.records if not r.passed]
     if failed:
         passed_shapes = {r.shape for r in outcome.records} - {r.shape for r in failed}
@@ -242,7 +248,8 @@ def _with_worker(ctx: Context, task: Task, client: WorkerClient, shapes: list[st
     reference, candidate = outcome.models[timing_shape]
     with torch.no_grad():
         timed = measure(task, timing_shape, candidate, reference, settings.reference_dtype, ctx.device, timing_cfg,
-                        job.measure.baselines, _compile_modes(job, ctx.device), (settings.atol, settings.rtol),
+                        job.measure.baselines, _compile_modes(job, ctx.device),
+                        outcome.timing_tolerance.get(timing_shape, (settings.atol, settings.rtol)),
                         seed=settings.base_seed + 99991, outputs_like=outcome.expected.get(timing_shape))
     ctx.flags += [integrity.flag(rule, ev) for rule, ev in timed.evidence]
     _collect_flags(ctx, [], CorrectnessOutcome(), task, _final(client))
@@ -273,7 +280,7 @@ def _correctness_settings(task: Task, job: EvalJob, config: CorrectnessConfig) -
         reference_dtype=reference_dtype_for(task.dtype, job.track, config.reference_dtype),
         atol=config.atol if config.atol is not None else tol.atol,
         rtol=config.rtol if config.rtol is not None else tol.rtol,
-        extra_checks=True,
+        extra_checks=True, **precision_policy(task, job.track, config.atol, config.rtol),
     )
 
 
@@ -470,7 +477,7 @@ def _finish(ctx: Context, status: Status, **records: Any) -> EvalResult:
     provenance = EvalProvenance(
         track=job.track,
         track_settings={"timing": to_plain(timing_cfg),
-                        "correctness": {**to_plain(correctness_cfg), **ctx.seeds},
+                        "correctness": {**to_plain(correctness_cfg), **ctx.seeds, **ctx.correctness_notes},
                         "measure": to_plain(job.measure), "shapes": list(job.shapes),
                         "cpu_threads": job.cpu_threads if ctx.device.type == "cpu" else None},
         versions=device_state.versions(), device=info, host=device_state.host(), started_at=ctx.started_at,

@@ -9,21 +9,35 @@ were when forward returned; only then is the reference computed here, in float64
 half-precision tasks), on the judge's own pristine inputs. The first trial of each shape also
 runs the candidate again on the same buffers (a moving result) and on new contents written into
 them (a cached result).
+
+Precision (`tolerance`): on an fp32 task without a declared TOLERANCE (hardened track), each trial's
+bar is calibrated from eager fp32's own error against fp64 on the same inputs; on every fp32 task
+the same probe flags a candidate whose error is far above eager's (`precision_downgrade`: reject on
+the hardened track, an audit mark on the kernelbench track, which keeps its published tolerance).
+Hidden shapes (`hidden_shapes`, hardened track): after the declared shapes, a few derived from
+them with the secret seed, one trial each, within a time budget; the verdict's provenance says how
+many ran, which failed (with their sizes) and why any were skipped.
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from agentforge.evaluator import hidden_shapes, tolerance
 from agentforge.evaluator.compare import compare, reference_meta_outputs
-from agentforge.evaluator.remote import RemoteModel, Unsendable, WorkerClient
+from agentforge.evaluator.remote import CandidateRaised, RemoteModel, Unsendable, WorkerClient
 from agentforge.evaluator.result import CorrectnessRecord
 
 from agentforge.task import Task, flatten_tensors
+
+_perf_counter = time.perf_counter  # bound before any candidate can patch `time`
+HIDDEN_MIN_BUDGET_S = 1.0  # hidden shapes may take this long, or half the declared shapes' checks
+HIDDEN_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -34,6 +48,10 @@ class CorrectnessSettings:
     atol: float
     rtol: float
     extra_checks: bool  # determinism and caching probes (hardened track)
+    calibrate: bool = False  # the fp32 bar from eager fp32's error against fp64 (`precision_policy`)
+    precision_probe: bool = False  # flag a precision downgrade (fp32 tasks)
+    probe_severity: str = "reject"  # audit on the kernelbench track
+    hidden_shapes: bool = False  # derived shapes after the declared ones (hardened track)
 
 
 @dataclass
@@ -43,6 +61,20 @@ class CorrectnessOutcome:
     models: dict[str, tuple[torch.nn.Module, Any]] = field(default_factory=dict)
     expected: dict[str, Any] = field(default_factory=dict)  # the first trial's reference output per shape
     op_counts: dict[str, int] = field(default_factory=dict)  # aten ops the worker saw ModelNew dispatch
+    audits: list[tuple[str, str]] = field(default_factory=list)  # (rule, evidence) marked, not rejecting
+    notes: dict[str, Any] = field(default_factory=dict)  # for the verdict's provenance: tolerances, hidden shapes
+    timing_tolerance: dict[str, tuple[float, float]] = field(default_factory=dict)  # per shape (atol, rtol)
+    declared_s: float = 0.0  # wall time of the declared shapes' checks
+
+
+def precision_policy(task: Task, track: str, atol: float | None, rtol: float | None) -> dict[str, Any]:
+    """Which precision rules apply: calibration where the job and the task leave the fp32 tolerance
+    to the default, the downgrade probe on every fp32 task, hidden shapes on the hardened track."""
+    fp32 = task.dtype == torch.float32
+    declared = getattr(task.module, "TOLERANCE", None) is not None or atol is not None or rtol is not None
+    kernelbench = track == "kernelbench"
+    return {"calibrate": fp32 and not declared and not kernelbench, "precision_probe": fp32,
+            "probe_severity": "audit" if kernelbench else "reject", "hidden_shapes": not kernelbench}
 
 
 def reference_dtype_for(task_dtype: torch.dtype, track: str, declared: str | None) -> torch.dtype:
@@ -107,44 +139,198 @@ def fingerprint(values: list[Any]) -> list[str]:
     return prints
 
 
+class _Judge:
+    """The judge's side of one shape: the reference in the reference dtype (what outputs are compared
+    with), and for the precision rules eager at the task's dtype and a float64 reference."""
+
+    def __init__(self, reference: torch.nn.Module, settings: CorrectnessSettings, shape: str,
+                 outcome: CorrectnessOutcome):
+        self.reference, self.settings, self.shape, self.outcome = reference, settings, shape, outcome
+        self.hi = copy.deepcopy(reference).to(settings.reference_dtype)
+        self.probing = settings.calibrate or settings.precision_probe
+        self.f64: torch.nn.Module | None = None
+        if self.probing:
+            self.f64 = self.hi if settings.reference_dtype == torch.float64 else \
+                copy.deepcopy(reference).to(torch.float64)
+        self.bars: list[float] = []
+        self.eager_errors: list[float] = []
+        self.worst: float = 0.0
+        self.tol: dict[str, Any] = {}
+
+    def expected(self, inputs: list[Any]) -> Any:
+        return self.hi(*upcast(inputs, self.settings.reference_dtype))
+
+    def tolerance(self, inputs: list[Any], expected: Any, dtypes: Any, first: bool) -> tuple[dict[str, Any], Any]:
+        """The (atol, rtol) for these inputs, and the calibration (with its fp64 reference) when
+        the precision rules look at them: every trial where the fp64 reference is already there,
+        the first trial of each shape where it costs another run."""
+        fixed = dict(atol=self.settings.atol, rtol=self.settings.rtol, dtypes=dtypes)
+        if not self.probing or self.f64 is None or (self.f64 is not self.hi and not first):
+            return fixed, None
+        ref64 = expected if self.f64 is self.hi else self.f64(*upcast(inputs, torch.float64))
+        calibrated = tolerance.calibrate(self.reference(*inputs), ref64)
+        self.eager_errors.append(calibrated.eager_error)
+        if not self.settings.calibrate:
+            return fixed, (calibrated, ref64)
+        self.bars.append(calibrated.bar)
+        return dict(atol=calibrated.atols, rtol=calibrated.rtol, dtypes=dtypes), (calibrated, ref64)
+
+    def probe(self, out: Any, probed: Any, where: str) -> None:
+        """A candidate error far above eager fp32's is a precision downgrade."""
+        if probed is None or not self.settings.precision_probe:
+            return
+        calibrated, ref64 = probed
+        error = tolerance.scaled_error(out, ref64, calibrated.scales)
+        if error != float("inf"):
+            self.worst = max(self.worst, error)
+        if tolerance.precision_downgrade(error, calibrated.eager_error):
+            threshold = tolerance.downgrade_threshold(calibrated.eager_error)
+            evidence = (f"{where}: error {error:.2g} against fp64 (|x - r| / (|r| + rms r)), eager fp32's "
+                        f"{calibrated.eager_error:.2g}: above {threshold:.2g}")
+            target = self.outcome.audits if self.settings.probe_severity == "audit" else self.outcome.evidence
+            target.append(("precision_downgrade", evidence))
+
+    def note(self) -> dict[str, Any]:
+        if self.bars:
+            kind = {"tolerance": "calibrated", "bar": max(self.bars)}
+        else:
+            kind = {"tolerance": "fixed", "atol": self.settings.atol, "rtol": self.settings.rtol}
+        if self.eager_errors:
+            kind |= {"eager_fp32_error": max(self.eager_errors), "candidate_error": self.worst}
+        return kind
+
+
 def check_shape(task: Task, client: WorkerClient, shape: str, shape_index: int, device: torch.device,
                 settings: CorrectnessSettings, outcome: CorrectnessOutcome) -> None:
     """The trials of one shape: inputs made here from secret seeds, outputs checked here against a
     reference only this process holds. The worker sees input tensors, nothing else."""
+    started = _perf_counter()
     reference, candidate = build_remote(task, client, shape, settings.base_seed, device)
-    reference_hi = copy.deepcopy(reference).to(settings.reference_dtype)
+    judge = _Judge(reference, settings, shape, outcome)
     outcome.models[shape] = (reference, candidate)
     # The output dtypes of a task-precision run of the reference (a bf16 model may return fp32).
     meta_outputs = reference_meta_outputs(reference, task.make_inputs(settings.base_seed, shape, "meta"))
     dtypes = None if meta_outputs is None else tuple(t.dtype for t in flatten_tensors(meta_outputs))
-    tol = dict(atol=settings.atol, rtol=settings.rtol, dtypes=dtypes)
     if meta_outputs is not None:  # a data-dependent reference cannot run on meta: no landing arena
         candidate.expect(meta_outputs)
+    loosest: list[tuple[float, float]] = []
+    try:
+        for trial in range(settings.trials):
+            seed = settings.base_seed + 1 + trial + 1000 * shape_index
+            inputs = task.make_inputs(seed, shape, device)  # the worker gets a copy: these stay pristine
+            where = f"shape {shape}, trial {trial + 1}"
+            out, evidence = candidate.watched_call(where, inputs=inputs)
+            outcome.evidence += evidence
+            outcome.evidence += _output_types(out, where)
+            expected = judge.expected(inputs)
+            outcome.expected.setdefault(shape, expected)
+            tol, probed = judge.tolerance(inputs, expected, dtypes, first=trial == 0)
+            if probed is not None and settings.calibrate:
+                loosest.append(probed[0].loosest())
+            result = compare(out, expected, task.dtype, **tol)
+            judge.probe(out, probed, where)
+            outcome.records.append(CorrectnessRecord(
+                shape=shape, seed=seed, passed=result.passed, max_abs_err=result.max_abs_err,
+                max_rel_err=result.max_rel_err, failed_check=result.failed_check, message=result.message))
+            if not result.passed or trial > 0 or not settings.extra_checks:
+                continue
+            again, evidence = candidate.watched_call(f"{where}, again")
+            outcome.evidence += evidence
+            if not compare(again, expected, task.dtype, **tol).passed:
+                outcome.evidence.append(("nondeterministic_output", f"shape {shape}, trial {trial + 1}: "
+                                         "a second call on the same inputs is wrong"))
+            _probe_caching(task, candidate, judge, expected, shape, seed, device, dtypes, outcome)
+    finally:
+        outcome.notes.setdefault("precision", {})[shape] = judge.note()
+        outcome.timing_tolerance[shape] = (max(a for a, _ in loosest), max(r for _, r in loosest)) if loosest \
+            else (settings.atol, settings.rtol)
+        outcome.declared_s += _perf_counter() - started
 
-    def reference_on(inputs: list[Any]) -> Any:
-        return reference_hi(*upcast(inputs, settings.reference_dtype))
 
-    for trial in range(settings.trials):
-        seed = settings.base_seed + 1 + trial + 1000 * shape_index
-        inputs = task.make_inputs(seed, shape, device)  # the worker gets a copy: these stay pristine
-        where = f"shape {shape}, trial {trial + 1}"
-        out, evidence = candidate.watched_call(where, inputs=inputs)
+def check_hidden_shapes(task: Task, client: WorkerClient, declared: list[str], device: torch.device,
+                        settings: CorrectnessSettings, outcome: CorrectnessOutcome) -> None:
+    """After the declared shapes passed: the hidden ones, one trial each, within the time budget
+    (`HIDDEN_MIN_BUDGET_S`, or `HIDDEN_SHARE` of the declared shapes' time). A candidate that raises
+    on one fails it; a reference that cannot run it skips it. Nothing is said of them to the worker
+    but their inputs, when they are called."""
+    if not settings.hidden_shapes:
+        outcome.notes["hidden_shapes"] = {"ran": 0, "skipped": {"all": "the kernelbench track checks the "
+                                                                 "published shape only"}}
+        return
+    if not declared or any(not r.passed for r in outcome.records):
+        outcome.notes["hidden_shapes"] = {"ran": 0, "skipped": {"all": "a declared shape failed"}}
+        return
+    plan = hidden_shapes.plan(task, declared[0], settings.base_seed, device)
+    results: dict[str, str] = {}
+    budget = max(HIDDEN_MIN_BUDGET_S, HIDDEN_SHARE * outcome.declared_s)
+    started = _perf_counter()
+    try:
+        for index, hidden in enumerate(plan.shapes):
+            if _perf_counter() - started > budget:
+                results[hidden.name] = f"time budget ({budget:.1f} s) spent"
+                continue
+            results[hidden.name] = _check_hidden(task, client, hidden, index, device, settings, outcome)
+    finally:
+        for hidden in plan.shapes:
+            task.remove_derived_shape(hidden.name)
+        outcome.notes["hidden_shapes"] = hidden_shapes.summary(plan, results) | {
+            "seconds": round(_perf_counter() - started, 3)}
+    failed = [s for s in plan.shapes if results.get(s.name) == "failed"]
+    if failed:
+        outcome.evidence.append(("shape_specialised", "correct on the declared shapes " + ", ".join(declared)
+                                 + "; wrong on hidden " + "; ".join(f"{s.name} ({s.describe()})" for s in failed)))
+
+
+def _check_hidden(task: Task, client: WorkerClient, hidden: hidden_shapes.HiddenShape, index: int,
+                  device: torch.device, settings: CorrectnessSettings, outcome: CorrectnessOutcome) -> str:
+    """One trial on one hidden shape: 'passed', 'failed', or why it was skipped."""
+    name = hidden.name
+    seed = settings.base_seed + 1 + 1000 * (100 + index)
+    try:
+        reference, candidate = build_remote(task, client, name, settings.base_seed, device)
+    except CandidateRaised as exc:
+        _hidden_failure(outcome, hidden, seed, "exception", f"ModelNew(...) raised {exc.record.type}: "
+                        f"{exc.record.message[:300]}")
+        return "failed"
+    try:
+        judge = _Judge(reference, settings, name, outcome)
+        meta_outputs = reference_meta_outputs(reference, task.make_inputs(seed, name, "meta"))
+        dtypes = None if meta_outputs is None else tuple(t.dtype for t in flatten_tensors(meta_outputs))
+        if meta_outputs is not None:
+            candidate.expect(meta_outputs)
+        inputs = task.make_inputs(seed, name, device)
+        where = f"shape {name}"
+        try:
+            out, evidence = candidate.watched_call(where, inputs=inputs)
+        except CandidateRaised as exc:
+            _hidden_failure(outcome, hidden, seed, "exception", f"forward raised {exc.record.type}: "
+                            f"{exc.record.message[:300]}")
+            return "failed"
         outcome.evidence += evidence
         outcome.evidence += _output_types(out, where)
-        expected = reference_on(inputs)
-        outcome.expected.setdefault(shape, expected)
+        try:
+            expected = judge.expected(inputs)
+            tol, probed = judge.tolerance(inputs, expected, dtypes, first=True)
+        except Exception as exc:  # the task's own failure at a derived size: not the candidate's
+            return f"the reference raised {type(exc).__name__}"
         result = compare(out, expected, task.dtype, **tol)
-        outcome.records.append(CorrectnessRecord(
-            shape=shape, seed=seed, passed=result.passed, max_abs_err=result.max_abs_err,
-            max_rel_err=result.max_rel_err, failed_check=result.failed_check, message=result.message))
-        if not result.passed or trial > 0 or not settings.extra_checks:
-            continue
-        again, evidence = candidate.watched_call(f"{where}, again")
-        outcome.evidence += evidence
-        if not compare(again, expected, task.dtype, **tol).passed:
-            outcome.evidence.append(("nondeterministic_output",
-                                     f"shape {shape}, trial {trial + 1}: a second call on the same inputs is wrong"))
-        _probe_caching(task, candidate, reference_on, expected, shape, seed, device, tol, outcome)
+        judge.probe(out, probed, where)
+        if not result.passed:
+            _hidden_failure(outcome, hidden, seed, result.failed_check, result.message, result)
+            return "failed"
+        outcome.records.append(CorrectnessRecord(shape=name, seed=seed, passed=True, max_abs_err=result.max_abs_err,
+                                                 max_rel_err=result.max_rel_err))
+        return "passed"
+    finally:
+        candidate.close()
+
+
+def _hidden_failure(outcome: CorrectnessOutcome, hidden: hidden_shapes.HiddenShape, seed: int, check: str | None,
+                    message: str, result: Any = None) -> None:
+    outcome.records.append(CorrectnessRecord(
+        shape=hidden.name, seed=seed, passed=False, max_abs_err=getattr(result, "max_abs_err", None),
+        max_rel_err=getattr(result, "max_rel_err", None), failed_check=check,
+        message=f"hidden shape ({hidden.kind}: {hidden.describe()}): {message}"[:2000]))
 
 
 def _output_types(out: Any, where: str) -> list[tuple[str, str]]:
@@ -157,14 +343,15 @@ def _type_name(value: Any) -> str:
     return value.type_name if isinstance(value, Unsendable) else type(value).__name__
 
 
-def _probe_caching(task: Task, candidate: RemoteModel, reference_on: Any, previous: Any, shape: str,
-                   seed: int, device: torch.device, tol: dict[str, Any], outcome: CorrectnessOutcome) -> None:
+def _probe_caching(task: Task, candidate: RemoteModel, judge: _Judge, previous: Any, shape: str, seed: int,
+                   device: torch.device, dtypes: Any, outcome: CorrectnessOutcome) -> None:
     """New contents written into the same input buffers: a result cached by pointer is wrong."""
     fresh_seed = seed + 500
     fresh = task.make_inputs(fresh_seed, shape, device)
     out, evidence = candidate.watched_call(f"shape {shape}, refilled buffers", refill=fresh)
     outcome.evidence += evidence
-    expected = reference_on(fresh)
+    expected = judge.expected(fresh)
+    tol, _ = judge.tolerance(fresh, expected, dtypes, first=True)
     check = compare(out, expected, task.dtype, **tol)
     if check.passed:
         return

@@ -126,3 +126,14 @@ def test_output_dtypes_fall_back_when_the_reference_cannot_run_on_meta():
             return x[torch.nonzero(x > 0, as_tuple=True)]
 
     assert reference_output_dtypes(Select(), [torch.randn(5)]) is None
+
+
+def test_one_absolute_tolerance_per_output() -> None:
+    """A calibrated tolerance gives each output its own atol (bar x that output's scale)."""
+    cands = (cand32(0.0 + 5e-4), cand32(100.0 + 5e-4))
+    refs = (ref64(0.0), ref64(100.0))
+    assert compare(cands, refs, torch.float32, atol=(1e-3, 0.0), rtol=1e-5).passed
+    failed = compare(cands, refs, torch.float32, atol=(1e-4, 1e-3), rtol=0.0)
+    assert not failed.passed and failed.message.startswith("output 0")
+    with pytest.raises(ValueError, match="2 absolute tolerances for 1 outputs"):
+        compare(cand32(1.0), ref64(1.0), torch.float32, atol=(1e-3, 1e-3), rtol=0.0)
