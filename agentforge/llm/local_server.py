@@ -47,6 +47,7 @@ class GenerationStats:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     generate_s: float = 0.0
+    refused: int = 0  # requests answered 400 (a prompt past the context, bad fields)
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -241,6 +242,7 @@ def _handler(server: LocalModelServer) -> type[BaseHTTPRequestHandler]:
                     raise RequestError("streaming is not supported by this server")
                 self._send(200, server.completion(body, chat))
             except (RequestError, ValueError) as exc:
+                server.stats.refused += 1
                 self._error(400, str(exc))
             except Exception as exc:  # the model failed: the client sees why, the server lives on
                 self._error(500, f"{type(exc).__name__}: {exc}")

@@ -70,9 +70,11 @@ def test_samples_are_reproducible_by_seed_and_counted(server):
 
 def test_a_prompt_past_the_context_is_refused_and_the_provider_cuts_it_to_fit(server):
     long_prompt = [Message("system", "relu:"), Message("user", "relu: " * 500)]  # 500 tokens, context 300
+    refused = server.stats.refused
     with pytest.raises(openai.BadRequestError, match="context holds 300"):
         _client(server).chat.completions.create(
             model="tiny", messages=[{"role": m.role, "content": m.content} for m in long_prompt], max_tokens=8)
+    assert server.stats.refused == refused + 1
     provider = OpenAIProvider(ProviderSettings(name="openai", base_url=server.base_url, timeout_s=30,
                                                max_tokens=8, max_retries=0))
     reply = provider.complete(long_prompt)
