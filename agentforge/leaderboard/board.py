@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentforge.leaderboard.metrics import EntryMetrics, RunCost, SampleOutcome, summarize
+from agentforge.leaderboard.metrics import EntryMetrics, RunCost, SampleOutcome, overhead_flags, summarize
 from agentforge.store import ResultsStore, StoredEvaluation
 
 
@@ -21,6 +21,7 @@ def outcome(row: StoredEvaluation) -> SampleOutcome:
     return SampleOutcome(
         task=row.task, accepted=row.accepted, speedup=row.speedup, speedup_vs_compile=row.speedup_vs_compile,
         sol_fraction=row.sol_fraction, flagged=row.n_flags > 0, sample=row.sample, status=row.status,
+        **overhead_flags(row.result_json),
     )
 
 

@@ -2,18 +2,24 @@
 
 Definitions (docs/leaderboard.md repeats them for readers):
 
-- A task's outcome is its best sample: the accepted sample with the highest speedup vs eager,
-  else (none accepted) its first sample. A task of the suite with no sample at all is missing
-  and counts as not correct.
+- A task's outcome is its best sample: the accepted sample with the highest speedup vs eager
+  that is not overhead-bound (see below), else (none accepted) its first sample. A task of the
+  suite with no sample at all is missing and counts as not correct.
 - correctness rate = accepted tasks / all tasks of the suite.
 - fast_p = tasks that are accepted and have speedup > p / all tasks of the suite (KernelBench's
   definition; strict inequality). fast_0 is the correctness rate: an accepted task counts
   even when it was not timed.
 - Speedups are clipped per task to SPEEDUP_CLIP = [0.01, 100] before averaging, so one broken
   timer (a 10,000x "speedup") or one pathological slowdown cannot dominate the mean.
+- An overhead-bound pair (the candidate or the baseline within 20x of the timing harness's own
+  floor, issue #17) measured the harness, not the kernel: its ratio is kept in the store but
+  no headline figure is drawn from it. Such a task counts as correct and for fast_0, never as
+  faster than p > 0, and is left out of the geomeans and medians (vs eager, or vs compile when
+  that pair is the bound one); `overhead_bound` counts them.
 - geomean / median speedup (vs eager, vs the best torch.compile mode): over accepted tasks with
-  a timing. `geomean_speedup_all` is over every task of the suite, a task that is missing or not
-  accepted counting as 1.0 (the user keeps PyTorch): it blends correctness with speed.
+  a timing that is not overhead-bound. `geomean_speedup_all` is over every task of the suite, a
+  task that is missing, not accepted or overhead-bound counting as 1.0 (the user keeps PyTorch):
+  it blends correctness with speed.
 - mean SoL fraction: over accepted tasks that carry a roofline fraction.
 - flag rate = samples with at least one rejecting integrity flag / samples evaluated.
 - dollars, tokens and minutes per task: totals over the entry's optimisation runs / runs.
@@ -21,6 +27,7 @@ Definitions (docs/leaderboard.md repeats them for readers):
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -42,6 +49,17 @@ class SampleOutcome:
     flagged: bool = False  # any rejecting integrity flag
     sample: int = 0
     status: str = "ok"
+    overhead_bound: bool = False  # the candidate / eager pair is within 20x of the harness floor
+    overhead_bound_vs_compile: bool = False  # the same for the pair with the best torch.compile mode
+
+    @property
+    def headline_speedup(self) -> float | None:
+        """`speedup`, unless the pair is overhead-bound (then no figure to headline)."""
+        return None if self.overhead_bound else self.speedup
+
+    @property
+    def headline_speedup_vs_compile(self) -> float | None:
+        return None if self.overhead_bound_vs_compile else self.speedup_vs_compile
 
 
 @dataclass(frozen=True)
@@ -66,6 +84,7 @@ class EntryMetrics:
     median_speedup_vs_compile: float | None
     mean_sol_fraction: float | None
     flag_rate: float | None
+    n_overhead_bound: int = 0  # accepted tasks whose best sample's eager pair is overhead-bound
     usd_per_task: float | None = None
     tokens_per_task: float | None = None
     minutes_per_task: float | None = None
@@ -75,7 +94,7 @@ class EntryMetrics:
         """Flat figures for tables and JSON."""
         row: dict[str, float | int | None] = {
             "n_tasks": self.n_tasks, "n_evaluated": self.n_evaluated, "n_samples": self.n_samples,
-            "correct": self.correctness_rate,
+            "correct": self.correctness_rate, "overhead_bound": self.n_overhead_bound,
         }
         row.update({f"fast_{p:g}": v for p, v in self.fast_p.items()})
         row.update(
@@ -108,6 +127,31 @@ def median(values: Iterable[float]) -> float | None:
     return statistics.median(vals) if vals else None
 
 
+def overhead_flags(result_json: str) -> dict[str, bool]:
+    """`overhead_bound` and `overhead_bound_vs_compile` of one stored EvalResult (its JSON).
+
+    Read from the verdict's headline fields (a speedup without a headline is overhead-bound), or,
+    in a record written before those fields, from the timing's list of overhead-bound subjects.
+    Unreadable or untimed results are not overhead-bound."""
+    try:
+        data = json.loads(result_json)
+    except (TypeError, ValueError):
+        return {"overhead_bound": False, "overhead_bound_vs_compile": False}
+    if not isinstance(data, dict):
+        return {"overhead_bound": False, "overhead_bound_vs_compile": False}
+    if "headline_speedup" in data:
+        return {
+            "overhead_bound": data.get("speedup") is not None and data.get("headline_speedup") is None,
+            "overhead_bound_vs_compile": data.get("speedup_vs_compile") is not None
+            and data.get("headline_speedup_vs_compile") is None,
+        }
+    timing = data.get("timing") if isinstance(data.get("timing"), dict) else {}
+    bound = set(timing.get("overhead_bound") or ())
+    compile_bound = any(str(name).startswith("compile") for name in bound)
+    return {"overhead_bound": bool({"candidate", "eager"} & bound),
+            "overhead_bound_vs_compile": "candidate" in bound or compile_bound}
+
+
 def best_per_task(samples: Iterable[SampleOutcome]) -> dict[str, SampleOutcome]:
     """Each task's best sample: the fastest accepted one, else its lowest-numbered sample."""
     best: dict[str, SampleOutcome] = {}
@@ -121,7 +165,7 @@ def best_per_task(samples: Iterable[SampleOutcome]) -> dict[str, SampleOutcome]:
 def _better(a: SampleOutcome, b: SampleOutcome) -> bool:
     if a.accepted != b.accepted:
         return a.accepted
-    return a.accepted and (a.speedup or 0.0) > (b.speedup or 0.0)
+    return a.accepted and (a.headline_speedup or 0.0) > (b.headline_speedup or 0.0)
 
 
 def fast_p(per_task: Mapping[str, SampleOutcome], suite_tasks: Sequence[str], p: float) -> float:
@@ -133,7 +177,7 @@ def fast_p(per_task: Mapping[str, SampleOutcome], suite_tasks: Sequence[str], p:
         o = per_task.get(task)
         if o is None or not o.accepted:
             continue
-        if p == 0.0 or (o.speedup is not None and o.speedup > p):
+        if p == 0.0 or (o.headline_speedup is not None and o.headline_speedup > p):
             hits += 1
     return hits / len(suite_tasks)
 
@@ -147,11 +191,12 @@ def summarize(
     samples = [s for s in samples if s.task in in_suite]
     per_task = best_per_task(samples)
     accepted = [per_task[t] for t in suite_tasks if t in per_task and per_task[t].accepted]
-    eager = [clip(o.speedup, clip_bounds) for o in accepted if o.speedup is not None]
-    compiled = [clip(o.speedup_vs_compile, clip_bounds) for o in accepted if o.speedup_vs_compile is not None]
+    eager = [clip(o.headline_speedup, clip_bounds) for o in accepted if o.headline_speedup is not None]
+    compiled = [clip(o.headline_speedup_vs_compile, clip_bounds) for o in accepted
+                if o.headline_speedup_vs_compile is not None]
     everyone = [
-        clip(per_task[t].speedup, clip_bounds)  # type: ignore[arg-type]
-        if t in per_task and per_task[t].accepted and per_task[t].speedup is not None else 1.0
+        clip(per_task[t].headline_speedup, clip_bounds)  # type: ignore[arg-type]
+        if t in per_task and per_task[t].accepted and per_task[t].headline_speedup is not None else 1.0
         for t in suite_tasks
     ]
     sols = [o.sol_fraction for o in accepted if o.sol_fraction is not None]
@@ -165,6 +210,7 @@ def summarize(
         geomean_speedup_vs_compile=geomean(compiled), median_speedup_vs_compile=median(compiled),
         mean_sol_fraction=statistics.fmean(sols) if sols else None,
         flag_rate=sum(s.flagged for s in samples) / len(samples) if samples else None,
+        n_overhead_bound=sum(o.overhead_bound and o.speedup is not None for o in accepted),
         usd_per_task=sum(r.cost_usd for r in runs) / n if n else None,
         tokens_per_task=sum(r.tokens for r in runs) / n if n else None,
         minutes_per_task=sum(r.minutes for r in runs) / n if n else None,

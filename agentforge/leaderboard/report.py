@@ -22,7 +22,8 @@ COLUMNS = (
     ("entry", "entry"), ("correct", "correct"), ("fast_1", "fast_1"), ("fast_1.5", "fast_1.5"),
     ("fast_2", "fast_2"), ("geomean", "geomean x"), ("median", "median x"), ("geomean_all", "geomean (all) x"),
     ("geomean_vs_compile", "vs compile x"), ("sol", "SoL"), ("flag_rate", "flagged"),
-    ("usd_per_task", "$ / task"), ("tokens_per_task", "tokens / task"), ("minutes_per_task", "min / task"),
+    ("overhead_bound", "overhead-bound"), ("usd_per_task", "$ / task"), ("tokens_per_task", "tokens / task"),
+    ("minutes_per_task", "min / task"),
 )
 
 
@@ -44,6 +45,8 @@ def fmt(key: str, value: float | int | str | None) -> str:
         return f"{100 * value:.1f}%"
     if key == "usd_per_task":
         return f"{value:.3f}"
+    if key == "overhead_bound":
+        return f"{value:d}"
     if key == "tokens_per_task":
         return f"{value:,.0f}"
     return f"{value:.2f}"
@@ -84,7 +87,10 @@ def _header() -> str:
     low, high = SPEEDUP_CLIP
     return (f"Generated {datetime.now(UTC):%Y-%m-%d %H:%M} UTC. Speedups are eager time / candidate time, "
             f"clipped per task to [{low:g}, {high:g}]; fast_p counts every task of the suite "
-            "(missing or rejected tasks count as not correct). See docs/leaderboard.md.")
+            "(missing or rejected tasks count as not correct). A task whose candidate or eager time lies "
+            "within 20x of the timing harness's own floor is overhead-bound: it counts as correct, its "
+            "ratio gives no headline (no fast_p above 0, no geomean or median), the overhead-bound "
+            "column counts such tasks and the per-task plot hatches their bars. See docs/leaderboard.md.")
 
 
 def _markdown(sections: Sequence[Section], out_dir: Path) -> str:
@@ -146,7 +152,15 @@ def _plots(group: Sequence[Standing], plot_dir: Path, stem: str) -> dict[str, Pa
 
 
 def _speedups(s: Standing) -> dict[str, float]:
-    return {t: clip(o.speedup) for t, o in s.metrics.per_task.items() if o.accepted and o.speedup is not None}
+    """Accepted tasks' speedups vs eager that may be headlined (not overhead-bound)."""
+    return {t: clip(o.headline_speedup) for t, o in s.metrics.per_task.items()
+            if o.accepted and o.headline_speedup is not None}
+
+
+def overhead_bound_tasks(s: Standing) -> dict[str, float]:
+    """Accepted tasks whose eager pair is overhead-bound, with the ratio the store keeps."""
+    return {t: clip(o.speedup) for t, o in s.metrics.per_task.items()
+            if o.accepted and o.overhead_bound and o.speedup is not None}
 
 
 def _draw_levels(ax, group: Sequence[Standing]) -> None:
@@ -188,10 +202,17 @@ def _draw_fast_p(ax, group: Sequence[Standing]) -> None:
 def _draw_per_task(ax, group: Sequence[Standing]) -> None:
     tasks = list(group[0].levels)
     width = 0.8 / max(1, len(group))
+    hatched = False
     for i, s in enumerate(group):
-        speed = _speedups(s)
+        speed, bound = _speedups(s), overhead_bound_tasks(s)
         ax.bar([k + i * width for k in range(len(tasks))], [speed.get(t, 0.0) for t in tasks], width,
-               label=s.entry)
+               label=s.entry, color=f"C{i % 10}")
+        at = [k for k, t in enumerate(tasks) if t in bound]
+        if at:  # drawn, but hatched and pale: a ratio of harness overheads, not a speedup
+            ax.bar([k + i * width for k in at], [bound[tasks[k]] for k in at], width, color=f"C{i % 10}",
+                   alpha=0.35, hatch="//", edgecolor="black", linewidth=0.4,
+                   label=None if hatched else "overhead-bound (no headline)")
+            hatched = True
     ax.set_xticks([k + width * (len(group) - 1) / 2 for k in range(len(tasks))])
     ax.set_xticklabels([t.split("/")[-1][:18] for t in tasks], rotation=60, ha="right", fontsize=7)
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")

@@ -14,6 +14,7 @@ from agentforge.leaderboard.metrics import (
     clip,
     fast_p,
     geomean,
+    overhead_flags,
     summarize,
 )
 
@@ -113,3 +114,26 @@ def test_empty_inputs() -> None:
 def test_as_row_names_fast_p() -> None:
     row = summarize(SAMPLES, SUITE).as_row()
     assert set(row) >= {"fast_0", "fast_1", "fast_1.2", "fast_1.5", "fast_2", "geomean", "flag_rate"}
+
+
+def test_overhead_bound_pairs_give_no_headline() -> None:
+    samples = [S("a", 3.0, overhead_bound=True, speedup_vs_compile=2.0), S("b", 1.5, speedup_vs_compile=0.5,
+                                                                             overhead_bound_vs_compile=True)]
+    m = summarize(samples, ["a", "b"])
+    assert m.correctness_rate == 1.0 and m.n_overhead_bound == 1
+    assert m.geomean_speedup == pytest.approx(1.5) and m.fast_p[1.0] == pytest.approx(0.5)
+    assert m.geomean_speedup_all == pytest.approx(1.5 ** 0.5)  # the bound task counts as 1.0
+    assert m.geomean_speedup_vs_compile == pytest.approx(2.0)  # a's compile pair is not bound
+    # A real measurement beats a larger, overhead-bound one of the same task.
+    best = best_per_task([S("a", 9.0, overhead_bound=True, sample=0), S("a", 1.2, sample=1)])
+    assert best["a"].sample == 1
+
+
+def test_overhead_flags_read_headlines_and_older_timing_lists() -> None:
+    assert overhead_flags('{"speedup": 2.0, "headline_speedup": null, "speedup_vs_compile": 1.0, '
+                          '"headline_speedup_vs_compile": 1.0}') == {
+        "overhead_bound": True, "overhead_bound_vs_compile": False}
+    assert overhead_flags('{"speedup": 2.0, "timing": {"overhead_bound": ["compile-default"]}}') == {
+        "overhead_bound": False, "overhead_bound_vs_compile": True}
+    assert overhead_flags("not json") == {"overhead_bound": False, "overhead_bound_vs_compile": False}
+    assert overhead_flags('{"speedup": null, "headline_speedup": null}')["overhead_bound"] is False

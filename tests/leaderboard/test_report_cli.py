@@ -133,3 +133,33 @@ def test_help_is_instant_and_lists_commands() -> None:
     assert out.exit_code == 0
     for command in ("run", "eval", "show", "report"):
         assert command in out.output
+
+
+def test_overhead_bound_pairs_are_counted_and_never_headlined(tmp_path: Path) -> None:
+    """Issue #17: a pair within 20x of the harness floor is marked in the report, kept out of the
+    geomean and fast_p > 0, and its task still counts as correct."""
+    def stats(us: float) -> TimingStats:
+        return TimingStats(us, us, 0.0, us, us, 1, 0.0)
+
+    bound = _result("level1/b", 4.0)
+    bound = EvalResult(**{**vars(bound), "timing": TimingRecord(
+        "default", "host-monotonic", stats(10.0), {"eager": stats(40.0)}, floor=stats(5.0),
+        overhead_bound=("candidate", "eager"))})
+    url = f"sqlite:///{tmp_path / 'bound.db'}"
+    with ResultsStore(url) as store:
+        store.register_suite("tasks", [(t, lv, None) for t, lv in TASKS])
+        store.ensure_entry("e", kind="eval")
+        store.add_evaluation("a", entry="e", suite="tasks", task="level1/a", track="hardened",
+                             result=_result("level1/a", 2.0))
+        store.add_evaluation("b", entry="e", suite="tasks", task="level1/b", track="hardened", result=bound)
+        (standing,) = standings(store)
+    m = standing.metrics
+    assert m.per_task["level1/b"].speedup == pytest.approx(4.0)  # the store keeps the ratio
+    assert m.n_overhead_bound == 1 and m.correctness_rate == pytest.approx(2 / 4)
+    assert m.geomean_speedup == pytest.approx(2.0) and m.fast_p[1.0] == pytest.approx(1 / 4)
+    text = write_report([standing], tmp_path / "r").read_text()
+    header = next(line for line in text.splitlines() if line.startswith("| entry"))
+    row = next(line for line in text.splitlines() if line.startswith("| e |"))
+    cells = dict(zip(header.strip("|").split("|"), row.strip("|").split("|"), strict=True))
+    assert cells[" overhead-bound "].strip() == "1" and cells[" geomean x "].strip() == "2.00"
+    assert "overhead-bound" in text.split("\n\n")[1]  # the header says what the column means
