@@ -80,3 +80,39 @@ def _after_budget(state: RunState) -> str:
     if state.get("stop_reason"):
         return "finish"
     return "judge" if state.get("needs_judge") else "coder"
+
+
+SEARCH_NODES = ("setup", "propose", "check", "evaluate", "keep_best", "budget", "judge", "finish")
+
+
+def build_search_graph(checkpointer: Any, provider: Provider, **deps: Any) -> Any:
+    """The parallel search (`agent/search.py`): N proposals per round from a beam of K kernels."""
+    from agentforge.agent import search
+    from agentforge.agent.search import SearchState
+
+    context = Deps(provider=provider, **deps)
+    graph = StateGraph(SearchState)
+    steps: dict[str, Callable[..., dict[str, Any]]] = {
+        "setup": search.setup, "propose": search.propose, "check": search.check, "evaluate": search.evaluate,
+        "keep_best": search.keep_best, "budget": search.budget, "judge": search.judge, "finish": search.finish,
+    }
+    for name, step in steps.items():
+        graph.add_node(name, _timed(step, context))  # type: ignore[arg-type]
+    graph.add_edge(START, "setup")
+    graph.add_edge("setup", "propose")
+    graph.add_conditional_edges("propose", _after_propose, ["finish", "check"])
+    graph.add_edge("check", "evaluate")
+    graph.add_edge("evaluate", "keep_best")
+    graph.add_edge("keep_best", "budget")
+    graph.add_conditional_edges("budget", _after_search_budget, ["finish", "judge"])
+    graph.add_edge("judge", "propose")
+    graph.add_edge("finish", END)
+    return graph.compile(checkpointer=checkpointer)
+
+
+def _after_propose(state: Any) -> str:
+    return "check" if state.get("proposals") else "finish"
+
+
+def _after_search_budget(state: Any) -> str:
+    return "finish" if state.get("stop_reason") else "judge"

@@ -54,6 +54,12 @@ class Deps:
     history_window: int = 6
     shape_note: str = "the task's default shape is checked and timed"  # which shapes, for the prompts
     notify: Callable[[str], None] | None = None  # hears what is in flight now (a model call, an evaluation)
+    # (text for the coder's system prompt, what it used: notes, exemplars) for a state; None: nothing
+    knowledge: Callable[[Any], tuple[str, dict[str, Any]]] | None = None
+    # build + correctness only (no timing), for the search's concurrent check stage; None: evaluate only
+    check: Callable[[Task | TaskText, Candidate], EvalResult] | None = None
+    candidates: int = 1  # proposals per round (the search graph when above 1, or with a beam)
+    beam_width: int = 1  # kernels carried to the next round
 
 
 # ----- coder ------------------------------------------------------------------------------------
@@ -67,23 +73,45 @@ def setup(state: RunState, deps: Deps) -> dict[str, Any]:
 
 
 def coder(state: RunState, deps: Deps) -> dict[str, Any]:
+    return coder_call(state, deps)
+
+
+def coder_call(state: RunState, deps: Deps, *, temperature: float | None = None, strategy: str | None = None,
+               slot: tuple[int, int] | None = None) -> dict[str, Any]:
+    """One coder proposal for `state`'s base and mode: {"pending", "usage"}, or a stop reason when
+    the provider failed for good. The search's candidates pass `slot` (i of n), a `strategy` line
+    and a `temperature`, so the proposals of one round differ."""
     rnd = state["round"] + 1
     mode = state["mode"]
     names = ("coder_system", f"backend_{deps.backend}", f"coder_{mode}")
-    system = prompts.render("coder_system", backend_notes=prompts.render(f"backend_{deps.backend}"))
+    notes = prompts.render(f"backend_{deps.backend}")
+    used: dict[str, Any] = {}
+    if deps.knowledge is not None:
+        extra, used = deps.knowledge(state)
+        notes = f"{notes}\n\n{extra}" if extra else notes
+    system = prompts.render("coder_system", backend_notes=notes)
     user = prompts.render(f"coder_{mode}", **_coder_vars(state, deps, rnd))
+    if slot is not None:
+        user += f"\n\n## This candidate\nCandidate: {slot[0]} of {slot[1]} in this round."
+        user += f" Strategy: {strategy}" if strategy else ""
     messages = [Message("system", system), Message("user", user)]
     prompt_ref = deps.store.put_json({"role": "coder", "round": rnd, "mode": mode,
                                       "messages": [vars(m) for m in messages]})
-    _notify(deps, f"waiting for the model (coder, round {rnd})")
+    who = f"coder, round {rnd}" + (f", candidate {slot[0]}" if slot else "")
+    _notify(deps, f"waiting for the model ({who})")
     try:
-        completion = deps.provider.complete(messages, role="coder")
+        if temperature is None:
+            completion = deps.provider.complete(messages, role="coder")
+        else:
+            completion = deps.provider.complete(messages, role="coder", temperature=temperature)
     except ProviderError as exc:
         return {"stop_reason": f"provider failed: {exc}", "pending": None}
     usage = _usage(completion, deps.provider)
     pending: Pending = {"round": rnd, "mode": mode, "prompt_ref": prompt_ref, "model": completion.model,
                         "reply_ref": _put_reply(deps, "coder", rnd, completion, usage), "no_code": None,
                         "static_error": None}
+    if used:
+        pending["knowledge"] = used
     try:
         code = extract_code(completion.text)
     except NoCodeError as exc:
@@ -170,8 +198,8 @@ def evaluate(state: RunState, deps: Deps) -> dict[str, Any]:
     pending["kernel"] = kernel
     if result.status == Status.TASK_ERROR:
         # No candidate can pass a task that fails on its own: repair rounds would be paid for nothing.
-        return {"pending": pending, "stop_reason": task_error_reason(result)}
-    return {"pending": pending}
+        return {"pending": pending, "stop_reason": task_error_reason(result), "usage": {"evaluations": 1}}
+    return {"pending": pending, "usage": {"evaluations": 1}}
 
 
 def task_error_reason(result: EvalResult) -> str:
@@ -264,6 +292,8 @@ def select(state: RunState, deps: Deps) -> dict[str, Any]:
                  "verdict": state.get("verdict_ref"), "judge": state.get("judge_refs")},
         "cost_usd": float((state.get("usage") or {}).get("cost_usd", 0)),
     }
+    if pending.get("knowledge"):
+        record["knowledge"] = pending["knowledge"]
     update.update(round=record["round"], mode=mode, base=base, best=best, failed_repairs=failed,
                   flat_rounds=flat, pending=None, judge_refs=None, history=[record])
     return update
@@ -332,6 +362,7 @@ def _figures(result: EvalResult) -> dict[str, Any]:
         "speedup_vs_compile": result.speedup_vs_compile, "candidate_us": result.candidate_us,
         "eager_us": result.eager_us, "compile_us": result.compile_us,
         "sol_fraction": roof.sol_fraction if roof is not None and result.accepted else None,
+        "roofline_label": roof.label if roof is not None and roof.label != "unknown" else None,
     }
 
 

@@ -80,11 +80,71 @@ def render_report(state: Mapping[str, Any], store: ArtifactStore, meta: Mapping[
             f"| {_cell(r.get('verdict') or '-')} "
             f"| ${r.get('cost_usd', 0):.4f} |"
         )
+    history = list(state.get("history") or [])
+    if any(r.get("node") for r in history):
+        lines += ["", *render_tree(history, meta, state.get("batches"))]
+    lines += ["", *render_knowledge(history, meta)]
     if plot_path:
         lines += ["", f"![speedup per round]({plot_path.name})"]
     lines += ["", "Every prompt, reply, candidate, verdict and evaluation result of this run is kept under "
               "`objects/` (content-addressed; the checkpoint refers to them by hash).", ""]
     return "\n".join(lines)
+
+
+def render_tree(history: list[Mapping[str, Any]], meta: Mapping[str, Any],
+                batches: list[Mapping[str, Any]] | None = None) -> list[str]:
+    """The search tree: per round, each parent and the children proposed from it, with their
+    strategies, verdicts and speedups."""
+    search = meta.get("search") or {}
+    lines = ["## Search tree", "",
+             f"{search.get('candidates', '?')} candidates per round, a beam of {search.get('beam', '?')}; "
+             "`rRcI` is round R's candidate I, and each line names the kernel it was proposed from.", ""]
+    batches = {b["round"]: b for b in batches or []}
+    for rnd in sorted({r["round"] for r in history}):
+        records = [r for r in history if r["round"] == rnd]
+        b = batches.get(rnd)
+        lines.append(f"- round {rnd}" + (f": {b['checked']} built and checked at once in {b['check_s']:.1f} s, "
+                                         f"{b['measured']} evaluated and timed one at a time in {b['measure_s']:.1f} s"
+                                         if b else ""))
+        for parent in dict.fromkeys(r.get("parent") for r in records):
+            children = [r for r in records if r.get("parent") == parent]
+            verdict = children[0].get("verdict")
+            lines.append(f"  - from {parent or 'root (no kernel yet)'}" + (f", following '{_cell(verdict)}'"
+                                                                          if verdict else ""))
+            for r in children:
+                speed = f", {_x(r.get('speedup'))} vs eager" if r.get("speedup") else ""
+                lines.append(f"    - {r.get('node')} ({_cell(r.get('strategy') or '-')}; T={r.get('temperature')}): "
+                             f"`{r.get('code_hash') or '-'}` {r['status']}{speed}; {_cell(r['outcome'])}")
+    return lines
+
+
+def render_knowledge(history: list[Mapping[str, Any]], meta: Mapping[str, Any]) -> list[str]:
+    """Which technique notes and scored exemplars the coder's prompts carried."""
+    switches = meta.get("knowledge") or {}
+    notes: dict[str, int] = {}
+    exemplars: dict[str, Mapping[str, Any]] = {}
+    why_none = None
+    for r in history:
+        used = r.get("knowledge") or {}
+        for name in used.get("notes", []):
+            notes[name] = notes.get(name, 0) + 1
+        for e in used.get("exemplars", []):
+            exemplars[e["code"]] = e
+        why_none = used.get("exemplar_note") or why_none
+    lines = ["## Knowledge in the coder's prompt", ""]
+    if switches.get("skills") is False:
+        lines.append("- Technique notes: switched off (--no-skills)")
+    else:
+        listed = ", ".join(f"`{n}` ({k} prompts)" for n, k in notes.items())
+        lines.append(f"- Technique notes: {listed or 'none matched the task'}")
+    if switches.get("exemplars") is False:
+        lines.append("- Exemplars: switched off (--no-exemplars)")
+    elif exemplars:
+        lines.append("- Exemplars: " + "; ".join(f"`{e['code']}` from {e['task']} ({_x(e['speedup'])} vs eager)"
+                                                 for e in exemplars.values()))
+    else:
+        lines.append(f"- Exemplars: none ({why_none or 'none used'})")
+    return lines
 
 
 def write_plot(path: Path, history: list[Mapping[str, Any]]) -> Path | None:

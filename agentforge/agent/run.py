@@ -73,6 +73,8 @@ def optimize(
     baselines: Sequence[str] = ("eager", "compile"), timing: TimingConfig | None = None,
     limits: dict[str, Any] | None = None, shapes: Sequence[str] = (),
     on_activity: Callable[[str], None] | None = None, on_retry: Callable[[str], None] | None = None,
+    candidates: int = 1, beam: int = 1, skills: bool = True, exemplars: bool = True,
+    check: Evaluate | None = None,
 ) -> RunSummary:
     """Run (or with `resume`, continue) the coder/judge loop on a task until a budget stops it.
 
@@ -83,11 +85,16 @@ def optimize(
     `resume` asks again). `provider` and `evaluate` replace the configured ones (tests, notebooks).
     `on_progress` hears each finished step; `on_activity` hears, in one line, what starts now (a
     model call, an evaluation); `on_retry` (else `on_activity`) each retry of a model call.
+    `candidates` proposals per round from a `beam` of the best kernels: above 1, the parallel
+    search (`agent/search.py`). `skills` and `exemplars` put technique notes and the results
+    store's scored kernels of similar tasks into the coder's prompt (`agent/knowledge.py`).
+    `check` (build and correctness, no timing) lets the search check a round's candidates at once
+    when `evaluate` is given; the sandboxed evaluator brings its own.
     """
     from langgraph.checkpoint.sqlite import SqliteSaver
     from langgraph.types import Command
 
-    from agentforge.agent.graph import build_graph
+    from agentforge.agent.graph import build_graph, build_search_graph
 
     runs_dir = Path(settings.runs_dir).expanduser()
     if resume:
@@ -101,6 +108,10 @@ def optimize(
         baselines = tuple(meta.get("baselines", baselines))
         timing = TimingConfig(**meta["timing"]) if meta.get("timing") else None
         shapes = tuple(meta.get("shapes") or ())
+        search = meta.get("search") or {}
+        candidates, beam = int(search.get("candidates", 1)), int(search.get("beam", 1))
+        knowledge = meta.get("knowledge") or {}
+        skills, exemplars = bool(knowledge.get("skills", skills)), bool(knowledge.get("exemplars", exemplars))
     else:
         if task_ref is None:
             raise RunError("name a task, or --resume RUN_ID")
@@ -134,6 +145,8 @@ def optimize(
             "base_url": settings.provider.base_url, "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "agent": dataclasses.asdict(settings.agent), "baselines": list(baselines),
             "timing": dataclasses.asdict(timing) if timing else None, "shapes": list(shapes),
+            "search": {"candidates": candidates, "beam": beam},
+            "knowledge": {"skills": skills, "exemplars": exemplars},
         }
         (run_dir / "run.json").write_text(json.dumps(meta, indent=1))
     else:
@@ -143,10 +156,18 @@ def optimize(
 
     store = ArtifactStore(run_dir / "objects")
     conn = sqlite3.connect(str(run_dir / "checkpoints.sqlite"), check_same_thread=False)
+    if candidates < 1 or beam < 1:
+        raise RunError(f"--candidates and --beam must be at least 1 (got {candidates} and {beam})")
+    if evaluate is None:
+        check = _sandboxed_evaluate(settings, device, (), None, tuple(shapes), timed=False)
+    from agentforge.agent.knowledge import Knowledge
+
     try:
-        graph = build_graph(
+        graph = (build_search_graph if candidates > 1 or beam > 1 else build_graph)(
             SqliteSaver(conn), provider, store=store, task=task, backend=backend,
             evaluate=evaluate or _sandboxed_evaluate(settings, device, tuple(baselines), timing, tuple(shapes)),
+            check=check, candidates=candidates, beam_width=beam,
+            knowledge=Knowledge.for_run(task, backend, settings, skills=skills, exemplars=exemplars),
             limits=settings.agent, device_spec=meta["device_spec"],
             planned_rounds=getattr(provider, "planned_rounds", None), review=review,
             shape_note=describe_shapes(task, backend, tuple(shapes), settings.eval.track), notify=on_activity,
@@ -207,11 +228,14 @@ def progress_view(node: str, state: dict[str, Any]) -> dict[str, Any]:
     pending = state.get("pending") or {}
     return {
         "run_id": state.get("run_id"), "stage": node, "round": pending.get("round", state.get("round", 0)),
-        "mode": state.get("mode"),
+        "mode": state.get("mode") or ("search" if "beam" in state else None),
         "best_speedup": best.get("speedup"), "best_speedup_vs_compile": best.get("speedup_vs_compile"),
         "input_tokens": usage.get("input_tokens", 0), "output_tokens": usage.get("output_tokens", 0),
         "cost_usd": usage.get("cost_usd", 0.0), "stop_reason": state.get("stop_reason"),
         "last": (state.get("history") or [{}])[-1] if node == "keep_best" else None,
+        # the search's round closes with one record per proposal
+        "records": [r for r in state.get("history") or [] if r.get("round") == state.get("round")]
+        if node == "keep_best" and "beam" in state else None,
     }
 
 
@@ -256,12 +280,14 @@ def _best_measurement(store: ArtifactStore, best: dict[str, Any] | None) -> dict
 
 
 def _sandboxed_evaluate(settings: Settings, device: str, baselines: tuple[str, ...],
-                        timing: TimingConfig | None, shapes: tuple[str, ...]) -> Evaluate:
+                        timing: TimingConfig | None, shapes: tuple[str, ...], timed: bool = True) -> Evaluate:
+    """The sandboxed evaluator; `timed=False`: build and correctness only (the search's checks)."""
     from agentforge.evaluator.api import evaluate, make_job
     from agentforge.sandbox.config import from_settings
 
     sandbox = from_settings(settings.sandbox, settings.cache_dir)
-    measure = Measure(baselines=baselines, profile=settings.eval.profile)
+    measure = (Measure(baselines=baselines, profile=settings.eval.profile) if timed
+               else Measure(timing=False, baselines=(), profile=False))
 
     def run(task: Task | TaskText, candidate: Candidate) -> EvalResult:
         job = make_job(task, candidate, device=device, track=settings.eval.track, measure=measure,

@@ -22,6 +22,7 @@ class KernelRef(TypedDict, total=False):
     eager_us: float | None
     compile_us: float | None
     sol_fraction: float | None
+    roofline_label: str | None  # memory-bound | compute-bound | latency-bound, when the roofline knows
 
 
 class Pending(TypedDict, total=False):
@@ -38,6 +39,7 @@ class Pending(TypedDict, total=False):
     duplicate_of: int | None  # the earlier round whose code this reply repeated unchanged
     kernel: KernelRef
     profile_ref: str | None
+    knowledge: dict[str, Any]  # the technique notes and exemplars the coder's prompt carried
 
 
 class RoundRecord(TypedDict, total=False):
@@ -55,12 +57,13 @@ class RoundRecord(TypedDict, total=False):
     verdict: str | None  # one line of the verdict that led to this round
     cost_usd: float  # of the run so far
     refs: dict[str, Any]  # artifact references: prompt, reply, candidate, result, verdict, judge
+    knowledge: dict[str, Any]  # the technique notes and exemplars the coder's prompt carried
 
 
 def add_usage(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:
     """Token and dollar totals: each node returns only what its own calls cost."""
     left, right = left or {}, right or {}
-    keys = ("input_tokens", "output_tokens", "cost_usd", "calls", "retries", "no_code_replies")
+    keys = ("input_tokens", "output_tokens", "cost_usd", "calls", "retries", "no_code_replies", "evaluations")
     total = {k: left.get(k, 0) + right.get(k, 0) for k in keys}
     unpriced = set(left.get("unpriced_models", [])) | set(right.get("unpriced_models", []))
     total["unpriced_models"] = sorted(unpriced)

@@ -52,6 +52,14 @@ def optimize_command(
     as_json: Annotated[bool, typer.Option("--json", help="no live view; print exactly one JSON object")] = False,
     isolation: Annotated[str | None, typer.Option(help=describe("sandbox.isolation"))] = None,
     config: Annotated[str | None, typer.Option(help="settings file (default: agentforge.toml)")] = None,
+    candidates: Annotated[int, typer.Option(min=1, help="proposals per round, each with its own strategy and "
+                                            "temperature, built and checked at once and timed one at a time")] = 1,
+    beam: Annotated[int, typer.Option(min=1, help="the best kernels carried to the next round, each refined by "
+                                      "its own verdict (at most --candidates)")] = 1,
+    skills: Annotated[bool, typer.Option("--skills/--no-skills", help="technique notes for the task's operation "
+                                         "class and backend in the coder's prompt")] = True,
+    exemplars: Annotated[bool, typer.Option("--exemplars/--no-exemplars", help="the results store's fastest and a "
+                                            "slower accepted kernel of similar tasks in the coder's prompt")] = True,
 ) -> None:
     """Make TASK's kernel faster with a coder LLM and a judge LLM, measured by the hardened evaluator."""
     if resume and provider is None:
@@ -87,6 +95,7 @@ def optimize_command(
                 shapes=tuple(shape or ()),
                 limits=_explicit_limits(max_rounds, max_cost_usd, max_minutes, target) if resume else None,
                 on_activity=view.activity, on_retry=view.retry,
+                candidates=candidates, beam=beam, skills=skills, exemplars=exemplars,
             )
     except (RunError, ProviderError, TaskLoadError) as exc:
         if as_json:
@@ -206,13 +215,13 @@ class _LiveView:
         self.now = None
         if self.live is None:
             return
-        record = view.get("last")
-        if record:
-            speed = f", {record['speedup']:.2f}x" if record.get("speedup") else ""
-            from rich.markup import escape
+        from rich.markup import escape
 
-            self.live.console.print(escape(f"round {record['round']} ({record['mode']}) {record['status']}{speed}: "
-                                           f"{record['outcome']}"))
+        for record in view.get("records") or ([view["last"]] if view.get("last") else []):
+            speed = f", {record['speedup']:.2f}x" if record.get("speedup") else ""
+            node = f" {record['node']} <- {record.get('parent') or 'root'}" if record.get("node") else ""
+            self.live.console.print(escape(f"round {record['round']}{node} ({record['mode']}) {record['status']}"
+                                           f"{speed}: {record['outcome']}"))
         self.live.update(self._table())
 
     def _table(self) -> Any:
