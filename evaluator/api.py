@@ -32,7 +32,7 @@ def make_job(
     task: Task | TaskText, candidate: Candidate, *, device: str | None = None, track: str = "hardened",
     shapes: Sequence[str] = (), measure: Measure | None = None, timing: TimingConfig | None = None,
     correctness: CorrectnessConfig | None = None, cuda_arch: str = "sm_90a", compile_only: bool = False,
-    cache_dir: str | None = None, timing_shape: str = "default",
+    cache_dir: str | None = None, timing_shape: str = "default", emulate: bool = True,
 ) -> EvalJob:
     if track not in ("hardened", "kernelbench"):
         raise ValueError(f"unknown track {track!r}; choose hardened or kernelbench")
@@ -45,7 +45,7 @@ def make_job(
         backend=candidate.backend, device=device or default_device(candidate.backend), track=track,
         shapes=tuple(shapes), timing_shape=timing_shape, measure=measure or Measure(),
         timing=timing or TimingConfig(), correctness=correctness or CorrectnessConfig(), cuda_arch=cuda_arch,
-        compile_only=compile_only, cache_dir=cache_dir,
+        compile_only=compile_only, emulate=emulate, cache_dir=cache_dir,
         candidate_meta={"provenance": vars(candidate.provenance).copy()},
     )
 

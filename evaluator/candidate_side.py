@@ -83,6 +83,7 @@ class Worker:
     snapshot: TamperSnapshot | None = None
     watch: ConcurrencyWatch | None = None
     interpret: bool = False
+    emulated: bool = False  # CUDA kernels executed by the CPU emulation (cuda_emulation)
     launches: Any = None
     launch_log: Any = None
     flusher: CacheFlusher | None = None
@@ -104,6 +105,12 @@ class Worker:
             from agentforge.evaluator import triton_interpret
 
             triton_interpret.enable()
+        needs_gpu: list[str] = []
+        if request.get("emulate"):  # CUDA without a GPU: the kernels execute in the CPU emulation
+            from agentforge.evaluator.cuda_emulation import environment
+
+            environment.activate(str(request["arch"]))
+            needs_gpu, self.emulated = environment.NEEDS_GPU, True
         self.snapshot = TamperSnapshot.take()
         self.watch = ConcurrencyWatch.start()
         loaded = load_candidate(request["source"], request["backend"], bool(request["compile_only"]),
@@ -115,6 +122,7 @@ class Worker:
             self.launch_log = self.launches.__enter__()
         return {"compile": to_plain(loaded.compile), "error": to_plain(loaded.error) if loaded.error else None,
                 "compile_failed": loaded.compile_failed, "has_model": self.model_cls is not None,
+                "needs_gpu": list(needs_gpu),
                 "build_findings": [[f.rule, f.evidence] for f in findings]}
 
     def handle_drive(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -342,6 +350,11 @@ class Worker:
                                  "background_ops": dict(observed.between_calls),
                                  "opened": sorted(_native_calls.opened)[:200],
                                  "symbols": sorted(_native_calls.symbols)[:2000]}
+        if self.emulated:  # builds the emulation could not make, whenever the candidate attempted them
+            from agentforge.evaluator.cuda_emulation import environment
+
+            failed = [f"{e.name}: {e.error or 'build failed'}" for e in native.BUILD_EVENTS if not e.ok]
+            reply["emulation_failures"] = [*environment.NEEDS_GPU, *failed][:5]
         if self.launches is not None:
             with contextlib.suppress(Exception):
                 self.launches.__exit__(None, None, None)

@@ -335,7 +335,7 @@ def fake_mode() -> Any:
     return FakeTensorMode(allow_non_fake_inputs=True)
 
 
-def _cuda_patches(arch: str) -> list[tuple[Any, str, Any]]:
+def cuda_patches(arch: str) -> list[tuple[Any, str, Any]]:
     props = device_properties(arch)
     cuda = torch.cuda
 
@@ -387,7 +387,7 @@ def active(arch: str, fake: bool = False) -> Iterator[None]:
     that factories with device="cuda" work). Everything is restored on the way out, so the
     worker's own checks see torch as it was."""
     _warm_up()
-    patches = [*_build_patches(arch), *_cuda_patches(arch), *_tensor_patches()]
+    patches = [*_build_patches(arch), *cuda_patches(arch), *_tensor_patches()]
     saved = [(owner, name, owner.__dict__.get(name, _MISSING) if isinstance(owner, type) else
               getattr(owner, name, _MISSING)) for owner, name, _ in patches]
     for owner, name, value in patches:

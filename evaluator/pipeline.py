@@ -33,6 +33,7 @@ from agentforge.evaluator import (
     task_check,
     triton_aot,
 )
+from agentforge.evaluator.cuda_emulation import judge as cuda_emulated
 from agentforge.evaluator.guards import compute_ops
 from agentforge.evaluator.remote import CandidateRaised, WorkerBroken, WorkerClient, evidence_items
 from agentforge.evaluator.result import (
@@ -87,6 +88,8 @@ class Context:
     flags: list[Flag] = field(default_factory=list)
     compile: CompileRecord | None = None
     seeds: dict[str, int] = field(default_factory=dict)  # secret until the verdict is written
+    executed_on: str = ""  # where the kernels ran: the device type, "cpu-emulation", "triton-interpreter"
+    execution_note: str = ""
     correctness_notes: dict[str, Any] = field(default_factory=dict)  # tolerances used, hidden shapes run
 
 
@@ -177,12 +180,22 @@ def _run(ctx: Context, worker: WorkerClient | None) -> EvalResult:
 
 def _with_worker(ctx: Context, task: Task, client: WorkerClient, shapes: list[str],
                  static: list[integrity.StaticFinding], settings: CorrectnessSettings, timing_cfg: TimingConfig,
-                 interpret: bool, compile_only: bool) -> EvalResult:
+                 interpret: bool, compile_only: bool, emulated: bool = False) -> EvalResult:
     job = ctx.job
     loaded = client.request("load", source=job.candidate_source, backend=job.backend, compile_only=compile_only,
-                            arch=job.cuda_arch, device=str(ctx.device), interpret=interpret,
+                            arch=job.cuda_arch, device=str(ctx.device), interpret=interpret, emulate=emulated,
                             module_name=f"agentforge_candidate_{code_hash(job.candidate_source)}")
-    ctx.compile, error = _load_reply(loaded, job.backend)
+    if emulated:  # the nvcc verdict stays the build record; the emulation's own build only runs it
+        nvcc_record = ctx.compile
+        ctx.compile, error = _load_reply(loaded, job.backend)
+        unrunnable = cuda_emulated.unrunnable(loaded, error)
+        ctx.compile = nvcc_record
+        if unrunnable:
+            return _not_emulated(ctx, unrunnable)
+        ctx.executed_on = "cpu-emulation"
+        ctx.execution_note = "; ".join(x for x in (cuda_emulated.NOTE, ctx.execution_note) if x)
+    else:
+        ctx.compile, error = _load_reply(loaded, job.backend)
     if loaded.get("compile_failed") is True:
         return _finish(ctx, Status.COMPILE_ERROR, error=error)
     # What was actually built (flags and sources as the compiler got them, assembled at run time
@@ -202,7 +215,10 @@ def _with_worker(ctx: Context, task: Task, client: WorkerClient, shapes: list[st
         if error is not None:
             ctx.stage = Stage.LOAD
             return _finish(ctx, Status.RUNTIME_ERROR, error=error)
-        # No GPU: the build verdict is all there is; `accepted` stays false without correctness.
+        # No GPU: the kernels run in the CPU emulation, beside the verdict.
+        if cuda_emulated.applies(job) and not _rejecting(ctx):
+            return _emulated_run(ctx, task, shapes, settings, timing_cfg)
+        # The build verdict is all there is; `accepted` stays false without correctness.
         return _finish(ctx, Status.OK)
     ctx.stage = Stage.LOAD
     if error is not None or loaded.get("has_model") is not True:
@@ -219,9 +235,14 @@ def _with_worker(ctx: Context, task: Task, client: WorkerClient, shapes: list[st
                 check_shape(task, client, shape, index, ctx.device, settings, outcome)
             check_hidden_shapes(task, client, shapes, ctx.device, settings, outcome)
     except CandidateRaised as exc:
-        _collect_flags(ctx, static, outcome, task, _final(client))
+        final = _final(client)
+        if emulated and cuda_emulated.failed_builds(final):
+            return _not_emulated(ctx, cuda_emulated.failed_builds(final))
+        _collect_flags(ctx, static, outcome, task, final)
         return _finish(ctx, Status.RUNTIME_ERROR, correctness=outcome.records, error=exc.record)
     final = _final(client)
+    if emulated and cuda_emulated.failed_builds(final):
+        return _not_emulated(ctx, cuda_emulated.failed_builds(final))
     _collect_flags(ctx, static, outcome, task, final)
     ctx.flags += [integrity.flag(rule, evidence, "audit") for rule, evidence in outcome.audits]
     failed = [r for r in outcome.records if not r.passed]
@@ -234,6 +255,9 @@ def _with_worker(ctx: Context, task: Task, client: WorkerClient, shapes: list[st
     ctx.stage = Stage.INTEGRITY
     if _rejecting(ctx):
         return _finish(ctx, Status.INTEGRITY_FLAG, correctness=outcome.records)
+    if emulated:  # correct in the emulation: no timing exists without a GPU
+        ctx.stage = Stage.DONE
+        return _finish(ctx, Status.OK, correctness=outcome.records)
     if interpret:
         specs, problems = final.get("launch_specs", []), final.get("launch_problems", [])
         notes = _dry_launches(task, client, shapes, ctx.device, specs)
@@ -263,6 +287,35 @@ def _with_worker(ctx: Context, task: Task, client: WorkerClient, shapes: list[st
     ctx.stage = Stage.DONE
     return _finish(ctx, Status.OK, correctness=outcome.records, timing=timed.record, roofline=roofline,
                    profile=profile)
+
+
+def _not_emulated(ctx: Context, why: str) -> EvalResult:
+    """The emulation could not run what nvcc built (a construct that needs a GPU, a build only the
+    emulation failed): the compile-only verdict stands alone, saying why."""
+    ctx.stage, ctx.executed_on, ctx.execution_note = Stage.BUILD, "", why
+    return _finish(ctx, Status.OK)
+
+
+def _emulated_run(ctx: Context, task: Task, shapes: list[str], settings: CorrectnessSettings,
+                  timing_cfg: TimingConfig) -> EvalResult:
+    """The correctness stage of a CUDA candidate on a machine without a GPU, its kernels executed
+    by the CPU emulation (`cuda_emulation`) in a worker of its own; the compile-only verdict and
+    the static findings were taken already."""
+    shapes, too_large = cuda_emulated.runnable_shapes(task, shapes)
+    if not shapes:
+        return _not_emulated(ctx, f"not executed: every shape is too large for the CPU emulation ({too_large})")
+    problem = task_check.check(task, shapes, settings.base_seed, ctx.device)
+    if problem is not None:
+        return _finish(ctx, Status.TASK_ERROR, error=problem)
+    if too_large:
+        ctx.execution_note = f"shapes not executed (too large for the CPU emulation): {too_large}"
+    client = WorkerClient.spawn()
+    try:
+        client.setup(workdir=os.getcwd(), cache_dir=str(build_cache.cache_root()), cpu_threads=ctx.job.cpu_threads,
+                     device=str(ctx.device), torch_switches=True)
+        return _with_worker(ctx, task, client, shapes, [], settings, timing_cfg, False, False, emulated=True)
+    finally:
+        client.close()
 
 
 def interpreted(job: EvalJob, device: torch.device) -> bool:
@@ -465,6 +518,12 @@ def _rejecting(ctx: Context) -> bool:
     return any(f.severity == "reject" for f in ctx.flags)
 
 
+def _executed_on(ctx: Context, records: dict[str, Any]) -> str:
+    if ctx.executed_on or not records.get("correctness"):
+        return ctx.executed_on
+    return "triton-interpreter" if interpreted(ctx.job, ctx.device) else ctx.device.type
+
+
 def _finish(ctx: Context, status: Status, **records: Any) -> EvalResult:
     job = ctx.job
     if status == Status.OK and _rejecting(ctx):
@@ -486,7 +545,8 @@ def _finish(ctx: Context, status: Status, **records: Any) -> EvalResult:
     result = EvalResult(
         task_name=job.task_name, candidate_hash=code_hash(job.candidate_source), backend=job.backend,
         status=status, stage=ctx.stage, compile=ctx.compile, flags=_merge_flags(ctx.flags), provenance=provenance,
-        candidate_meta=dict(job.candidate_meta),
+        candidate_meta=dict(job.candidate_meta), executed_on=_executed_on(ctx, records),
+        execution_note=ctx.execution_note,
         **{k: tuple(v) if isinstance(v, list) else v for k, v in records.items()},
     )
     result = redact.redact_result(result, redact.secret_strings(ctx.seeds))

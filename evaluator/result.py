@@ -105,6 +105,10 @@ class EvalJob:
     correctness: CorrectnessConfig = field(default_factory=CorrectnessConfig)
     cuda_arch: str = "sm_90a"  # for compile-only CUDA verdicts without a GPU
     compile_only: bool = False
+    # CUDA jobs without a GPU: run the correctness stage on the CPU emulation (cuda_emulation)
+    # beside the compile-only verdict. Off for a bare job (the verdict alone); `make_job`, which
+    # every command, the leaderboard and the RL reward build their jobs with, turns it on.
+    emulate: bool = False
     # CPU jobs: threads for the candidate's OpenMP and PyTorch's intra-op pool alike (0: leave
     # both at their defaults). One thread keeps CPU ratios about kernels, not the scheduler, on
     # shared machines, where a woken thread pool can cost more than the op.
@@ -268,6 +272,10 @@ class EvalResult:
     error: ErrorRecord | None = None
     provenance: EvalProvenance = field(default_factory=EvalProvenance)
     candidate_meta: dict[str, Any] = field(default_factory=dict)
+    # Where the kernels ran for the correctness stage: "cuda", "cpu", "cpu-emulation" (CUDA C++
+    # executed on the CPU, no timing exists), "triton-interpreter"; "" when they never ran.
+    executed_on: str = ""
+    execution_note: str = ""
 
     @property
     def compiled(self) -> bool:

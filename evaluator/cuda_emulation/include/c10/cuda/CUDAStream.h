@@ -1,0 +1,2 @@
+#pragma once
+#include "agentforge_emu/torch_cuda.h"

@@ -1,0 +1,2 @@
+#pragma once
+#include "agentforge_emu/cooperative_groups.h"
