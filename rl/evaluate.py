@@ -128,12 +128,11 @@ def suite_tasks(spec: str, backend: str, tasks_root: Path | None = None) -> tupl
 
 def candidate_source(reply: str, task: EvalTask) -> str:
     """What the evaluator judges for one reply, as the reward service would build it."""
-    if task.template is not None:
-        return task.template.replace(COMPLETION_MARK, reply)
+    text = task.template.replace(COMPLETION_MARK, reply) if task.template is not None else reply
     try:
-        return extract_code(reply)
+        return extract_code(text)
     except NoCodeError:
-        return reply  # judged as it is: the evaluator's static check says what is missing
+        return text  # judged as it is: the evaluator's static check says what is missing
 
 
 def sample_replies(model_dir: str | Path, tasks: list[EvalTask], sampling: Sampling

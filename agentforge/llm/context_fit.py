@@ -3,8 +3,9 @@
 A local model's server may hold 2,048 or 4,096 tokens for prompt and reply together, while the
 agent's prompt (task source, shapes, earlier verdicts, technique notes) can run longer. A prompt
 the server cannot hold is refused outright, so the provider cuts it first: the middle of the
-longest non-system message goes (its head states the job, its tail holds the latest verdict and
-the answer format), replaced by one line that says how much was cut. Tokens are estimated from
+longest message goes, then of the next longest, and so on (a message's head states the job, its
+tail holds the latest verdict or the answer format; the middle of a system prompt is technique
+notes), replaced by one line that says how much was cut. Tokens are estimated from
 characters, on the short side, so the cut prompt fits whatever the tokenizer.
 """
 
@@ -27,14 +28,14 @@ def estimate_tokens(messages: list[Message], chars_per_token: float) -> int:
 def fit_messages(messages: list[Message], budget_tokens: int, context: int, chars_per_token: float
                  ) -> tuple[list[Message], int]:
     """`messages` cut to about `budget_tokens` of prompt, and the number of characters cut (0 when
-    they fit already). Cuts fall on the longest non-system messages first; system messages and
-    each message's ends are kept, so a prompt may stay over budget when nothing else is left."""
+    they fit already). Cuts fall on the longest message first; each message's ends are kept, so a
+    prompt may stay over budget when nothing else is left."""
     fitted = list(messages)
     cuts = [0] * len(messages)  # characters cut from each original message
     keep = min(MIN_KEPT_CHARS, max(0, int(budget_tokens * chars_per_token) // 4))  # at each end
     while (excess := estimate_tokens(fitted, chars_per_token) - budget_tokens) > 0:
         room = [len(m.content) - cuts[k] - 2 * keep for k, m in enumerate(messages)]
-        candidates = [k for k, m in enumerate(messages) if m.role != "system" and room[k] > len(CUT_NOTE) + 40]
+        candidates = [k for k in range(len(messages)) if room[k] > len(CUT_NOTE) + 40]
         if not candidates:
             break
         i = max(candidates, key=lambda k: len(fitted[k].content))

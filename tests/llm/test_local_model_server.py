@@ -83,16 +83,21 @@ def test_a_prompt_past_the_context_is_refused_and_the_provider_cuts_it_to_fit(se
     assert reply.usage.output_tokens >= 1
 
 
-def test_a_cut_keeps_the_system_message_and_both_ends_and_says_so():
+def test_a_cut_takes_the_longest_message_first_keeps_both_ends_and_says_so():
     head, tail = "TASK: " + "a" * 2000, "b" * 2000 + " ANSWER FORMAT"
     messages = [Message("system", "S" * 500), Message("user", head + "x" * 20000 + tail)]
     fitted, cut = fit_messages(messages, budget_tokens=2000, context=2048, chars_per_token=3)
-    assert fitted[0] == messages[0]
+    assert fitted[0] == messages[0]  # the short system message is not touched
     text = fitted[1].content
     assert text.startswith("TASK: ") and text.endswith(" ANSWER FORMAT")
     assert f"{cut} characters cut to fit the server's 2048-token context" in text
     assert (len(fitted[0].content) + len(text)) / 3 + 32 <= 2000
     assert fit_messages(messages, budget_tokens=10**6, context=10**6, chars_per_token=3) == (messages, 0)
+    # A long system prompt (technique notes) is cut too when it is what makes the prompt long.
+    notes = [Message("system", "RULES " + "n" * 6000 + " FORMAT"), Message("user", "u" * 1500)]
+    fitted, cut = fit_messages(notes, budget_tokens=900, context=1024, chars_per_token=3)
+    assert cut > 0 and (len(fitted[0].content) + len(fitted[1].content)) / 3 + 32 <= 900
+    assert fitted[0].content.startswith("RULES ") and fitted[0].content.endswith(" FORMAT")
 
 
 def test_bad_requests_get_a_clear_400_and_the_server_lives_on(server):
