@@ -117,7 +117,7 @@ def import_gguf(
         raise typer.Exit(2) from exc
     console.print(f"[green]imported[/green] {report.architecture}, {report.parameters / 1e6:.1f}M parameters "
                   f"({report.dtype}) in {report.seconds:.0f} s: {report.out_dir}")
-    console.print(f"use it as [model] name_or_path = \"{report.out_dir}\", or: agentforge rl serve {report.out_dir}")
+    console.print(f"use it as \\[model] name_or_path = \"{report.out_dir}\", or: agentforge rl serve {report.out_dir}")
 
 
 @rl_app.command("serve")

@@ -13,6 +13,7 @@ from agentforge.rl.config import config_from_dict, load_config
 from typer.testing import CliRunner
 
 from agentforge.cli import app
+from agentforge.store import ResultsStore
 
 SMOKE_CONFIG = Path(__file__).resolve().parents[2] / "rl" / "configs" / "cpu-smoke.toml"
 
@@ -55,9 +56,31 @@ def test_the_smoke_runs_final_checkpoint_is_scored_beside_its_base(tmp_path, bui
         assert m.correctness_rate == (1.0 if score.statuses.get("ok") else 0.0)
         assert set(score.statuses) <= {"ok", "compile_error", "mismatch", "runtime_error", "integrity_flag"}
         assert score.completion_tokens >= 2  # every sample wrote at least a token
+    with ResultsStore(f"sqlite:///{tmp_path / 'eval' / 'results.db'}") as store:
+        rows = store.evaluations(suite=suite.name)
+    assert len(rows) == 4
+    for row in rows:  # each reply went into the task's C++ skeleton: the module always parses
+        error = json.loads(row.result_json).get("error") or {}
+        assert error.get("type") != "SyntaxError", error
     written = json.loads((tmp_path / "eval" / "report.json").read_text())
     assert [m["label"] for m in written["models"]] == ["checkpoint", "base"]
     assert written["models"][0]["metrics"]["correct"] == report.scores[0].metrics.correctness_rate
+
+
+def test_a_reply_becomes_the_candidate_the_reward_service_would_judge():
+    from agentforge.rl import evaluate as rl_eval
+    from agentforge.rl.config import RLConfig
+
+    from agentforge.candidate import extract_code
+
+    _, [task] = rl_eval.training_tasks(RLConfig(name="t"))
+    source = rl_eval.candidate_source("v=v>0.0f?v:0.0f;", task)
+    assert source == extract_code(task.template.replace("{completion}", "v=v>0.0f?v:0.0f;"))
+    assert "class ModelNew" in source and "v=v>0.0f?v:0.0f;" in source and "```" not in source
+    plain = rl_eval.suite_tasks("tasks:level1", "cpu")[1][0]
+    reply = "Here it is:\n```python\nclass ModelNew:\n    pass\n```\n"
+    assert rl_eval.candidate_source(reply, plain) == "class ModelNew:\n    pass\n"
+    assert rl_eval.candidate_source("no code at all", plain) == "no code at all"
 
 
 def test_the_command_refuses_what_it_cannot_score(tmp_path):
