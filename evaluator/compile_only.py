@@ -12,11 +12,14 @@ cubin. So `float v = some_bf16;` or `__half + __half` fail here exactly as on th
 
 The glue is compiled to a real object, not `-fsyntax-only`: the same command torch runs, so every
 error g++ reports there (template instantiation, inline asm, code generation) is reported here,
-and its symbols can be checked. It costs no wall time: the nvcc compile of cuda.cu, run beside
-it, is the longer one. The link is not run (a CPU-only torch has no libtorch_cuda), but what it
-would leave for the import to fail on is checked: every function of the candidate's own (global
-namespace or a namespace its sources declare) that one object calls must be defined by the
-other or by torch's libraries, or `import` would fail with "undefined symbol" on the GPU.
+and its symbols can be checked. Its one addition is the precompiled `torch/extension.h` that the
+sandbox's parent prebuilds for the flag set (`header_prebuild`), first on the include path: g++
+then needs a third of its CPU time, and most published answers that fail, fail in main.cpp.
+The header is read only when ready, never built here; g++ itself refuses one that does not fit
+the command. The link is not run (a CPU-only torch has no libtorch_cuda), but what it would leave
+for the import to fail on is checked: every function of the candidate's own (global namespace or a
+namespace its sources declare) that one object calls must be defined by the other or by torch's
+libraries, or `import` would fail with "undefined symbol" on the GPU.
 
 The lean `load_cuda` path (`make_lean_capture`) compiles its torch-free source with the flags the
 GPU run uses (`compile_cuda_source`), then stops the same way.
@@ -28,9 +31,11 @@ import contextlib
 import functools
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -196,18 +201,13 @@ def _build_inline(staging: Path, name: str, cpp_sources: Sequence[str], cuda_sou
     sources = native.torch_inline_sources(staging, name, cpp_sources, cuda_sources, functions, **options)
     keep = staging / "keep"
     keep.mkdir()
-    includes = [*_cpu_torch_shim(), *extra_include_paths]
-    try:
-        plan = native.torch_build_plan(
-            staging, name, sources, extra_cflags=extra_cflags, extra_ldflags=extra_ldflags,
-            extra_cuda_cflags=[*extra_cuda_cflags, *_arch_flags(arch), "-Xptxas", "-v", "--keep", "--keep-dir",
-                               str(keep)],
-            extra_include_paths=includes, with_cuda=bool(cuda_sources) or bool(options.get("with_cuda")),
-            cuda_home=cuda_home(nvcc))
-    except (OSError, TypeError, AttributeError) as exc:
-        raise BuildError(f"torch's build plan for {name} could not be written: {exc}", log=str(exc)) from exc
+    plan = torch_plan(staging, name, sources, arch, nvcc, keep, extra_cflags, extra_cuda_cflags, extra_ldflags,
+                      extra_include_paths, with_cuda=bool(cuda_sources) or bool(options.get("with_cuda")))
     objects = sorted(plan.objects)
-    log, failed = _compile_objects(staging, ninja, objects)
+    pch_folder, pch_note = _main_pch(extra_cflags, extra_include_paths)
+    extra = {o: [f"-I{pch_folder}"] for o, rule in plan.objects.items() if rule == "compile" and pch_folder}
+    log, failed = _compile_objects(staging, ninja, objects, extra_args=extra)
+    log = f"precompiled header for main.cpp: {pch_note}\n{log}"
     if failed:
         what = {"compile": f"g++ failed to compile the cpp_sources of {name} (torch's main.cpp)",
                 "cuda_compile": f"nvcc failed to compile {name} for {arch}"}
@@ -228,20 +228,61 @@ def _build_inline(staging: Path, name: str, cpp_sources: Sequence[str], cuda_sou
     return InlineVerdict(True, "", log, staging / "kernel.cubin" if cubins else None, False)
 
 
-def _compile_objects(staging: Path, ninja: str, objects: list[str], timeout: float = 1800) -> tuple[str, list[str]]:
+def torch_plan(staging: Path, name: str, sources: Sequence[Path], arch: str, nvcc: str, keep: Path,
+               extra_cflags: Sequence[str], extra_cuda_cflags: Sequence[str], extra_ldflags: Sequence[str],
+               extra_include_paths: Sequence[str], with_cuda: bool) -> Any:
+    """torch's ninja file for these sources (its flags), for `arch` only, with ptxas's report and
+    nvcc's intermediates kept in `keep` (the cubin)."""
+    from agentforge.evaluator import native
+
+    try:
+        return native.torch_build_plan(
+            staging, name, sources, extra_cflags=extra_cflags, extra_ldflags=extra_ldflags,
+            extra_cuda_cflags=[*extra_cuda_cflags, *_arch_flags(arch), "-Xptxas", "-v", "--keep", "--keep-dir",
+                               str(keep)],
+            extra_include_paths=[*_cpu_torch_shim(), *extra_include_paths], with_cuda=with_cuda,
+            cuda_home=cuda_home(nvcc))
+    except (OSError, TypeError, AttributeError) as exc:
+        raise BuildError(f"torch's build plan for {name} could not be written: {exc}", log=str(exc)) from exc
+
+
+def _main_pch(extra_cflags: Sequence[str], extra_include_paths: Sequence[str]) -> tuple[str | None, str]:
+    """The precompiled `torch/extension.h` for main.cpp's g++ compile, if one is ready: the one the
+    parent prebuilds for this flag set (`header_prebuild`, keyed by torch's main.cpp flags less the
+    CPU-torch shim folder, which `torch/extension.h` never reads). Never built here: a miss
+    compiles as torch does, and g++ itself refuses a header that does not fit its flags."""
+    from agentforge.evaluator import native
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="agentforge-plan-") as tmp:
+            plan = native._inline_plan(Path(tmp), "pch_probe", True, list(extra_cflags), list(extra_include_paths))
+            folder, note = native.extension_pch(plan, build=False)
+    except Exception as exc:  # a faster build is never worth a failed one
+        return None, f"none ({type(exc).__name__}: {exc})"
+    return (str(folder) if folder else None), note
+
+
+def _compile_objects(staging: Path, ninja: str, objects: list[str], timeout: float = 1800,
+                     extra_args: dict[str, list[str]] | None = None) -> tuple[str, list[str]]:
     """Run torch's compile command for each object (read from its ninja file), all at once; the
     first that fails ends the others, since its error is the verdict (torch's ninja would wait
-    minutes for nvcc to finish first). Returns the log and the objects that failed."""
+    minutes for nvcc to finish first). `extra_args` go right after an object's compiler (the
+    precompiled header's folder, first on the include path). Returns the log and the objects that
+    failed."""
     running: dict[str, tuple[subprocess.Popen[bytes], Path, str]] = {}
     for obj in objects:
         listed = subprocess.run([ninja, "-t", "commands", obj], cwd=staging, capture_output=True, text=True,
                                 timeout=60).stdout.strip().splitlines()
         if not listed:
             return f"ninja knows no command for {obj}\n", [obj]
+        command = listed[-1]
+        if extra_args and extra_args.get(obj):
+            compiler, _, rest = command.partition(" ")
+            command = " ".join([compiler, *(shlex.quote(a) for a in extra_args[obj]), rest])
         out = staging / f"{obj}.log"
         with open(out, "wb") as handle:
-            running[obj] = (subprocess.Popen(["/bin/sh", "-c", listed[-1]], cwd=staging, stdout=handle,
-                                             stderr=subprocess.STDOUT, start_new_session=True), out, listed[-1])
+            running[obj] = (subprocess.Popen(["/bin/sh", "-c", command], cwd=staging, stdout=handle,
+                                             stderr=subprocess.STDOUT, start_new_session=True), out, command)
     failed: list[str] = []
     deadline = time.monotonic() + timeout
     while any(proc.poll() is None for proc, _, _ in running.values()):

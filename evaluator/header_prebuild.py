@@ -11,7 +11,9 @@ ready compile without it, as before, and every later one finds it (`native.exten
 The flags to precompile for are read from the candidate's source text without running it
 (`flag_sets`): `extra_cflags` and `extra_include_paths` given as literals, and whether CUDA sources
 are passed. Anything not literal falls back to torch's defaults; a header that does not match a
-build is simply not used by g++.
+build is simply not used by g++. A CUDA flag set also serves compile-only CUDA verdicts on a
+machine without a GPU: their main.cpp is compiled with it (`compile_only._main_pch`), the local
+toolkit standing in for the one a CPU-only torch does not know.
 
     python -m agentforge.evaluator.header_prebuild --cache DIR --spec '{"cflags": [], "includes": [], "cuda": false}'
 """

@@ -391,7 +391,16 @@ def _inline_plan(folder: Path, name: str, with_cuda: bool, extra_cflags: Sequenc
     # The arch only keeps torch from asking a GPU for one: the C++ flags do not depend on it.
     return torch_build_plan(folder, name, sources, extra_cflags=extra_cflags, with_cuda=with_cuda,
                             extra_cuda_cflags=["-gencode=arch=compute_90a,code=sm_90a"] if with_cuda else [],
-                            extra_include_paths=extra_include_paths)
+                            extra_include_paths=extra_include_paths,
+                            cuda_home=_local_cuda_home() if with_cuda else None)
+
+
+def _local_cuda_home() -> str | None:
+    """The local toolkit, for a CPU-only torch that knows none (a compile-only CUDA build's plan)."""
+    from agentforge.evaluator import compile_only
+
+    nvcc = compile_only.find_nvcc()
+    return compile_only.cuda_home(nvcc) if nvcc else None
 
 
 def cached_load_inline(name: str, cpp_sources: Any = (), cuda_sources: Any = (), functions: Any = None,

@@ -13,14 +13,24 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agentforge.evaluator import build_cache
-from agentforge.evaluator.compile_only import compile_inline_extension, cuda_home, find_nvcc
+from agentforge.evaluator import build_cache, header_prebuild, native
+from agentforge.evaluator.compile_only import (
+    _compile_objects,
+    _cpu_torch_shim,
+    _main_pch,
+    compile_inline_extension,
+    cuda_home,
+    find_nvcc,
+    torch_plan,
+)
+from agentforge.evaluator.header_prebuild import FlagSet
 from agentforge.evaluator.pipeline import run_pipeline
 from agentforge.evaluator.result import EvalJob, Stage, Status
 
@@ -209,3 +219,56 @@ def test_a_glue_declaration_the_cuda_side_does_not_define_fails_before_the_impor
     assert "do not define" in result.error.message
     assert "launch(float const*, float*, long)" in result.error.traceback_tail
     assert "defined: launch(float const*, float*, int)" in result.error.traceback_tail
+
+
+def test_an_objects_extra_arguments_go_right_after_its_compiler_and_no_other(tmp_path: Path) -> None:
+    """How main.cpp gets the precompiled header's folder: first on its include path, nvcc's command untouched."""
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "probe.h").write_text("inline int probe() { return 1; }\n")
+    (tmp_path / "a.cpp").write_text('#include "probe.h"\nint a() { return probe(); }\n')
+    (tmp_path / "b.cpp").write_text("int b() { return 2; }\n")
+    (tmp_path / "build.ninja").write_text("rule compile\n  command = c++ -c $in -o $out\n"
+                                          "build a.o: compile a.cpp\nbuild b.o: compile b.cpp\n")
+    ninja = shutil.which("ninja")
+    assert ninja is not None
+    log, failed = _compile_objects(tmp_path, ninja, ["a.o", "b.o"], extra_args={"a.o": [f"-I{inc}"]})
+    assert failed == [] and (tmp_path / "a.o").exists() and (tmp_path / "b.o").exists(), log
+    assert f"$ c++ -I{inc} -c a.cpp -o a.o\n" in log and "$ c++ -c b.cpp -o b.o\n" in log
+    log, failed = _compile_objects(tmp_path, ninja, ["a.o"])
+    assert failed == ["a.o"] and "probe.h" in log
+
+
+def test_the_header_is_looked_up_by_main_cpps_own_flags_less_the_shim(fresh_cache: Path, tmp_path: Path) -> None:
+    """The parent prebuilds the header for a CUDA flag set with the flags torch gives main.cpp here
+    (less the shim folder, which torch/extension.h never reads, and the extension's name): a CPU-only
+    torch names no toolkit, so this plan failed at once before and compile-only jobs never got one."""
+    main = tmp_path / "main.cpp"
+    plan = torch_plan(tmp_path, "probe", [main, tmp_path / "cuda.cu"], "sm_90a", find_nvcc(), tmp_path, [], [], [],
+                      [], with_cuda=True)
+    with_shim = [f for f in plan.words("cflags") if not f.startswith("-DTORCH_EXTENSION_NAME=")]
+    (shim,) = _cpu_torch_shim()
+    (tmp_path / "pch").mkdir()
+    probe = native._inline_plan(tmp_path / "pch", "pch_probe", True, [], [])
+    assert plan.words("cxx") == probe.words("cxx")
+    assert [f for f in with_shim if f != f"-I{shim}"] == [f for f in probe.words("cflags")
+                                                          if not f.startswith("-DTORCH_EXTENSION_NAME=")]
+    assert f"-I{cuda_home(find_nvcc())}/include" in " ".join(with_shim).replace("-isystem ", "-I")
+    folder, note = _main_pch([], [])
+    assert folder is None and "no precompiled header" in note  # an empty cache: g++ reads the header itself
+
+
+@pytest.mark.slow  # a real header build for the CUDA flag set: about 70-90 s of both cores and 2 GB
+def test_main_cpp_reads_the_parents_header_and_fails_with_the_same_error(fresh_cache: Path) -> None:
+    note = header_prebuild.build(str(fresh_cache), FlagSet(cuda=True))
+    assert "extension.h.gch" in note, note
+    broken = LEAN.replace('functions=["launch"]', 'functions=["launch_relu"]')
+    result = run_pipeline(job(broken, fresh_cache))
+    assert result.status == Status.COMPILE_ERROR and "g++ failed to compile the cpp_sources" in result.error.message
+    assert re.search(r"main\.cpp:\d+:\d+: error: .*launch_relu", result.error.traceback_tail)
+    log = next(fresh_cache.glob("**/nvcc-inline/*/build.log")).read_text()
+    first = log.splitlines()[0]
+    assert first.startswith("precompiled header for main.cpp: ") and "(prebuilt by the parent)" in first, first
+    folder = first.split(": ", 1)[1].split("/torch/extension.h.gch")[0]
+    assert f"c++ -I{folder} " in log  # g++ was given its folder; nvcc was not
+    assert f"nvcc -I{folder}" not in log and log.count(f"-I{folder}") == 1
