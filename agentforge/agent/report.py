@@ -103,9 +103,9 @@ def render_tree(history: list[Mapping[str, Any]], meta: Mapping[str, Any],
     for rnd in sorted({r["round"] for r in history}):
         records = [r for r in history if r["round"] == rnd]
         b = batches.get(rnd)
-        lines.append(f"- round {rnd}" + (f": {b['checked']} built and checked at once in {b['check_s']:.1f} s, "
-                                         f"{b['measured']} evaluated and timed one at a time in {b['measure_s']:.1f} s"
-                                         if b else ""))
+        checked = f"{b['checked']} built and checked at once in {b['check_s']:.1f} s, " if b and b["checked"] else ""
+        lines.append(f"- round {rnd}" + (f": {checked}{b['measured']} evaluated and timed one at a time in "
+                                         f"{b['measure_s']:.1f} s" if b else ""))
         for parent in dict.fromkeys(r.get("parent") for r in records):
             children = [r for r in records if r.get("parent") == parent]
             verdict = children[0].get("verdict")

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from agentforge.evaluator.result import TimingConfig
 
-from agentforge.agent.run import optimize
+from agentforge.agent.run import _sandboxed_evaluate, optimize
 from agentforge.settings import Settings
 
 QUICK = TimingConfig(max_reps=40, time_cap_s=1.0)
@@ -33,6 +33,9 @@ def _settings(tmp_path: Path, name: str, base_url: str, max_rounds: int) -> Sett
     settings.agent.max_rounds = max_rounds
     return settings
 
+
+# Builds and runs, and computes x where the reference computes relu(x): a mismatch.
+WRONG_BODY = 'extern "C" void relu(const float* x, float* y, long n) { for (long i = 0; i < n; ++i) y[i] = x[i]; }'
 
 # Every coder reply takes this long, a stand-in for a model's reply time (hosted models take longer
 # for a whole kernel module): a round is its model calls as well as its evaluations.
@@ -60,6 +63,13 @@ def _script(scripted: Any, replies: dict[tuple[str, int, int], str]) -> Any:
     return script
 
 
+def _sandboxed(settings: Settings) -> dict[str, Any]:
+    """The run's own sandboxed evaluator and check, as `optimize` builds them, given explicitly so
+    the run skips the task's preflight (a task tested elsewhere) and the test stays short."""
+    return {"evaluate": _sandboxed_evaluate(settings, "cpu", ("eager",), QUICK, ()),
+            "check": _sandboxed_evaluate(settings, "cpu", (), None, (), timed=False)}
+
+
 def _first_round_s(run_dir: str) -> float:
     """Wall time from the run's setup to the close of its first round (events.jsonl)."""
     events = [json.loads(line) for line in (Path(run_dir) / "events.jsonl").read_text().splitlines()]
@@ -67,45 +77,44 @@ def _first_round_s(run_dir: str) -> float:
     return next(e["t"] for e in events if e["stage"] == "keep_best") - start
 
 
-@pytest.mark.timeout(300)
-def test_four_candidates_find_the_fast_kernel_in_fewer_rounds_at_sublinear_cost(
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_four_candidates_find_the_fast_kernel_a_round_earlier_at_sublinear_cost(
         tmp_path, relu_task, scripted, kernels):
     k = kernels
-    one = _script(scripted, {
-        ("coder", 1, 1): k.fenced(k.SLOW),
-        ("judge", 1, 1): k.optimise_verdict("build at -O3 so the loop vectorises"),
-        ("coder", 2, 1): k.fenced(k.FAST),
-    })
-    # The same first proposal, and three others from different strategies: one does not build,
-    # one is the vectorised kernel, one crashes.
+    # One candidate per round: the simplest kernel first (the vectorised one would come only in a
+    # later round, after a verdict).
+    one = _script(scripted, {("coder", 1, 1): k.fenced(k.SLOW)})
+    # Four proposals from different strategies, as a model's often go: one computes the wrong
+    # thing, one does not build, one is the vectorised kernel, one crashes.
     four = _script(scripted, {
-        ("coder", 1, 1): k.fenced(k.SLOW), ("coder", 1, 2): k.fenced(k.BROKEN),
+        ("coder", 1, 1): k.fenced(k.kernel("relu_wrong", body=WRONG_BODY)), ("coder", 1, 2): k.fenced(k.BROKEN),
         ("coder", 1, 3): k.fenced(k.FAST), ("coder", 1, 4): k.fenced(k.CRASH),
     })
     with scripted.ScriptedServer(one) as server:
-        single = optimize(str(relu_task), _settings(tmp_path, "n1", server.openai_base_url, 2),
-                          baselines=("eager",), timing=QUICK)
+        settings = _settings(tmp_path, "n1", server.openai_base_url, 1)
+        single = optimize(str(relu_task), settings, **_sandboxed(settings))
     with scripted.ScriptedServer(four) as server:
-        search = optimize(str(relu_task), _settings(tmp_path, "n4", server.openai_base_url, 1),
-                          baselines=("eager",), timing=QUICK, candidates=4, beam=2)
+        settings = _settings(tmp_path, "n4", server.openai_base_url, 1)
+        search = optimize(str(relu_task), settings, candidates=4, beam=2, **_sandboxed(settings))
 
-    # N=1 needs two rounds for the vectorised kernel; N=4 has it after one.
-    assert [r["status"] for r in single.history] == ["ok", "ok"]
-    assert single.best["round"] == 2
+    # After one round, N=4 has the vectorised kernel and N=1 the scalar one.
+    assert [r["status"] for r in single.history] == ["ok"]
     by_node = {r["node"]: r for r in search.history}
-    assert [by_node[n]["status"] for n in ("r1c1", "r1c2", "r1c3", "r1c4")] == ["ok", "compile_error", "ok", "crash"]
-    assert search.best["code_hash"] == by_node["r1c3"]["code_hash"] == single.history[1]["code_hash"]
-    # Measured, not scripted: the vectorised kernel beats the -O0 loop in both runs.
-    assert search.best["speedup"] > 1.5 * by_node["r1c1"]["speedup"]
-    assert single.best["speedup"] > 1.5 * single.history[0]["speedup"]
+    statuses = [by_node[n]["status"] for n in ("r1c1", "r1c2", "r1c3", "r1c4")]
+    assert statuses == ["mismatch", "compile_error", "ok", "crash"]
+    assert search.best["code_hash"] == by_node["r1c3"]["code_hash"]
+    # Measured, not scripted: the vectorised kernel beats the -O0 loop the single candidate found.
+    assert search.best["speedup"] > 1.5 * single.best["speedup"]
     assert sorted(four.served) == [("coder", 1, i) for i in range(1, 5)]  # one call per candidate
     assert max(four.arrived) - min(four.arrived) < REPLY_S  # all four asked before the first answer
-    assert search.usage["calls"] == 4 and search.usage["evaluations"] == 6  # 4 checks + 2 timings
+    assert search.usage["calls"] == 4 and search.usage["evaluations"] == 5  # 4 checks + 1 timed
     report = Path(search.outputs["report"]).read_text()
     assert "r1c3" in report and "new best" in report
 
-    # The round's wall time grows sublinearly: four candidates cost less than three single rounds,
-    # though the two that passed their checks are timed one after the other.
+    # The round's wall time grows sublinearly: four candidates cost less than three single rounds.
+    # (Candidates that pass their checks are timed one after another, so a round in which all N
+    # pass costs N timed evaluations: that part is linear by design.)
     t1, t4 = _first_round_s(single.run_dir), _first_round_s(search.run_dir)
     report_line = next(line for line in report.splitlines() if line.startswith("- round 1"))
     print(f"first round: N=1 {t1:.1f} s, N=4 {t4:.1f} s, ratio {t4 / t1:.2f}; {report_line}")
