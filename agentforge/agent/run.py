@@ -128,6 +128,10 @@ def optimize(
 
         provider = make_provider(settings.provider, task_name=task.name, backend=backend,
                                  gpu=_gpu_slug(device), kernels_root=kernels_root)
+    if provider.name == "library" and candidates > 1:
+        # It proposes its shipped variants one by one, the next untried each time: N calls at once
+        # would all get the same one.
+        candidates, beam = 1, 1
     hears = on_retry or on_activity
     if hears is not None and hasattr(provider, "on_retry") and provider.on_retry is None:
         provider.on_retry = hears
@@ -249,7 +253,8 @@ def _summary(run_dir: Path, meta: dict[str, Any], state: dict[str, Any], status:
     notice = None
     if meta["provider"] == "library":
         notice = ("no LLM key is configured, so the offline `library` provider proposed the shipped "
-                  "reference kernel and its tunable variants; see docs/optimize.md to use a real model")
+                  "reference kernel and its tunable variants (one per round, so --candidates was 1); see "
+                  "docs/optimize.md to use a real model")
     best_measurement = _best_measurement(store, state.get("best"))
     return RunSummary(
         best_measurement=best_measurement,

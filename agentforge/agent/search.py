@@ -124,8 +124,9 @@ def evaluate(state: SearchState, deps: Deps) -> dict[str, Any]:
     if not ready:
         return {"proposals": proposals}
     candidates = [Candidate.from_dict(deps.store.get_json(p["kernel"]["candidate_ref"])) for p in ready]
-    nodes._notify(deps, f"evaluating {len(ready)} candidates of round {ready[0]['round']} "
-                        "(built and checked at once, timed one at a time)")
+    nodes._notify(deps, f"evaluating round {ready[0]['round']}'s candidate in the sandbox" if len(ready) == 1 else
+                  f"evaluating {len(ready)} candidates of round {ready[0]['round']} (built and checked at once, "
+                  "timed one at a time)")
     times = BatchTimes()
     results = evaluate_batch(deps.task, candidates, deps.evaluate, device=state.get("device") or "cpu",
                              check=deps.check, workers=min(deps.candidates, 8), times=times)
