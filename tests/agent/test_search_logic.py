@@ -204,3 +204,17 @@ def test_checks_run_at_once_and_timings_alone(relu_task, kernels):
     others = [(a, b) for _, a, b in intervals if (a, b) != (long_start, long_end)]
     assert len(others) == 4  # two checks and two timings of the second run
     assert all(b <= long_start or a >= long_end for a, b in others)
+
+
+def test_the_library_provider_searches_one_candidate_per_round(tmp_path, relu_task, kernels):
+    """It proposes the next untried shipped variant per call: N calls at once would repeat one."""
+    import json
+
+    provider = kernels.FakeProvider([kernels.fenced(kernels.fake_kernel("v1", us=30))])
+    provider.name = "library"
+    summary = optimize(str(relu_task), _settings(tmp_path, max_rounds=1), provider=provider,
+                       evaluate=kernels.fake_evaluate, candidates=4, beam=2)
+    meta = json.loads((Path(summary.run_dir) / "run.json").read_text())
+    assert meta["search"] == {"candidates": 1, "beam": 1}
+    assert len(summary.history) == 1 and "node" not in summary.history[0]
+    assert "--candidates was 1" in summary.notice
