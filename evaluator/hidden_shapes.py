@@ -3,11 +3,12 @@
 From the shape the job checks first (the base: `cpu` on the CPU backend, else `default`), and only
 on the sizes the task's declared variants show to scale (`Task.scaling_sizes`):
 
-- one **prime** shape: every scaling size replaced by a prime between half and one and a half
-  times the base's (a size whose declared values share a factor, say 16 for a head dimension,
-  keeps it: a multiple of it in that range instead);
+- one **prime** shape: every scaling size replaced by a prime between half the base's and the
+  base's (a size whose declared values share a factor, say 16 for a head dimension, keeps it: a
+  multiple of it in that range instead);
 - **large** shapes: one scaling size at a time (up to `MAX_LARGE` of them, chosen at random)
-  2-4x the base's, rounded to the same shared factor.
+  2-4x the base's, rounded to the same shared factor, the other scaling sizes shrunk by as much
+  between them, so that a hidden shape costs about what the base does.
 
 The draws come from the evaluation's secret base seed (recorded in the verdict's provenance once it
 is written, so a verdict can be replayed). A derived shape the reference cannot run (sizes that
@@ -97,12 +98,23 @@ def plan(task: Task, base: str, seed: int, device: torch.device) -> HiddenPlan:
         result.dropped.append(f"{kind} shape dropped: {why}")
 
     def prime_draw() -> dict[str, int]:
-        return {d: _near(rng, base_sizes[d], steps[d], 0.5, 1.5, prime=True) for d in dims}
+        return {d: _near(rng, base_sizes[d], steps[d], 0.5, 1.0, prime=True) for d in dims}
+
+    def large_draw(d: str) -> dict[str, int]:
+        value = _near(rng, base_sizes[d], steps[d], 2.0, 4.0, prime=False)
+        others = [o for o in dims if o != d]
+        shrink = (base_sizes[d] / value) ** (1 / len(others)) if others else 1.0
+        return {d: value, **{o: _shrunk(base_sizes[o], steps[o], shrink) for o in others}}
 
     attempt("prime", prime_draw)
     for d in rng.sample(dims, min(MAX_LARGE, len(dims))):
-        attempt("large", lambda d=d: {d: _near(rng, base_sizes[d], steps[d], 2.0, 4.0, prime=False)})
+        attempt("large", lambda d=d: large_draw(d))
     return result
+
+
+def _shrunk(base: int, step: int, by: float) -> int:
+    """`base` times `by`, a multiple of `step`, at least `step` (or 1)."""
+    return max(step, round(base * by / step) * step)
 
 
 def _near(rng: random.Random, base: int, step: int, low: float, high: float, prime: bool) -> int:

@@ -61,8 +61,9 @@ def output_scales(reference: Any) -> tuple[float, ...]:
     scales = []
     for r in flatten_tensors(reference):
         r64 = r.detach().to("cpu", torch.float64)
-        finite = r64[torch.isfinite(r64)]
-        rms = float(finite.pow(2).mean().sqrt()) if finite.numel() else 0.0
+        finite = torch.isfinite(r64)
+        values = r64 if bool(finite.all()) else r64[finite]
+        rms = float(values.square().mean().sqrt()) if values.numel() else 0.0
         scales.append(rms if rms > 0 else 1e-30)
     return tuple(scales)
 
@@ -80,9 +81,11 @@ def scaled_error(output: Any, reference: Any, scales: tuple[float, ...] | None =
             return float("inf")
         o64, r64 = o.detach().to("cpu", torch.float64), r.detach().to("cpu", torch.float64)
         finite = torch.isfinite(r64)
-        if not finite.any():
-            continue
-        err = (o64[finite] - r64[finite]).abs() / (r64[finite].abs() + s)
+        if not bool(finite.all()):
+            if not finite.any():
+                continue
+            o64, r64 = o64[finite], r64[finite]
+        err = (o64 - r64).abs_().div_(r64.abs().add_(s))
         if not bool(torch.isfinite(err).all()):
             return float("inf")
         worst = max(worst, float(err.max()))
