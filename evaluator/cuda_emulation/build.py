@@ -11,6 +11,7 @@ the emulation builds with its own, and the compile-only verdict judges the nvcc 
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,19 @@ from agentforge.evaluator.cuda_emulation.rewrite import NeedsGpu, RewriteError, 
 
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 EMULATION_CFLAGS = ["-O2", "-w", "-fno-strict-aliasing", "-DAGENTFORGE_CUDA_EMULATION=1"]
-PRELUDE = '#include "agentforge_emu/runtime.h"\n#include "agentforge_emu/torch_cuda.h"\n'
+
+
+def _runtime_version() -> str:
+    """A hash of the emulation's headers: part of every build's sources, so that a changed runtime
+    is never served from a build of the old one (the build cache keys on sources and flags only)."""
+    digest = hashlib.sha256()
+    for path in sorted(INCLUDE_DIR.rglob("*.h*")):
+        digest.update(path.relative_to(INCLUDE_DIR).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+PRELUDE = (f"// agentforge CUDA emulation runtime {_runtime_version()}\n"
+           '#include "agentforge_emu/runtime.h"\n#include "agentforge_emu/torch_cuda.h"\n')
 
 __all__ = ["INCLUDE_DIR", "NeedsGpu", "RewriteError", "emulated_sources", "load_inline_emulated"]
 

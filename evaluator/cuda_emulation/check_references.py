@@ -107,12 +107,37 @@ def record(path: Path, outcome: dict[str, Any]) -> None:
     file.write_text(json.dumps(data, indent=1) + "\n")
 
 
+def figures(path: Path, out: Path) -> dict[str, Any]:
+    """The warm rebuild (the kernel's extension already in the build cache: hash, find, load) and a
+    `small`-shape check (build excluded), measured in this process, written to `out`."""
+    from agentforge.task import Task
+
+    rel = path.parent.relative_to(KERNELS).as_posix()
+    task = Task(rel, (REPO / "tasks" / f"{rel}.py").read_text())
+    started = time.perf_counter()
+    module = _load(path)
+    warm = time.perf_counter() - started
+    check = check_shape(task, module, "small")
+    data = {"kernel": rel, "warm_rebuild_seconds": round(warm, 3), "small_check_seconds": check["seconds"],
+            "small_passed": check["passed"], "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+                        "load_average": [round(x, 2) for x in os.getloadavg()], "torch": torch.__version__},
+            "how": "python -m agentforge.evaluator.cuda_emulation.check_references --figures OUT --only KERNEL, "
+                   "after a run that built the kernel; the check is one call of ModelNew and the task's Model"}
+    out.write_text(json.dumps(data, indent=1) + "\n")
+    return data
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", default="", help="comma-separated shape variants (default: all)")
     parser.add_argument("--only", default="", help="comma-separated task names (level1/softmax, ...)")
     parser.add_argument("--write", action="store_true", help="write cpu_emulation into each record.json")
+    parser.add_argument("--figures", default="", help="time a warm rebuild and a small check of --only, into this file")
     args = parser.parse_args(argv)
+    if args.figures:
+        print(json.dumps(figures(KERNELS / args.only / "kernel.py", Path(args.figures))))
+        return 0
     shapes = [s for s in args.shapes.split(",") if s] or None
     failed = 0
     for path in cuda_kernels():

@@ -37,6 +37,8 @@ inline cudaError_t cudaGetLastError() { cudaError_t e = ::emu::g_last_error; ::e
 inline cudaError_t cudaPeekAtLastError() { return ::emu::g_last_error; }
 inline const char* cudaGetErrorString(cudaError_t e) { return ::emu::error_name(e); }
 inline const char* cudaGetErrorName(cudaError_t e) { return ::emu::error_name(e); }
+// The end of the context: the sticky error of a faulted kernel is cleared, as a new context starts clean.
+inline cudaError_t cudaDeviceReset() { ::emu::g_sticky_error = ::emu::g_last_error = cudaSuccess; return cudaSuccess; }
 inline cudaError_t cudaDeviceSynchronize() { return ::emu::g_sticky_error; }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return ::emu::g_sticky_error; }
 inline cudaError_t cudaStreamCreate(cudaStream_t* s) { *s = nullptr; return cudaSuccess; }

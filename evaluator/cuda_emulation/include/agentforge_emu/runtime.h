@@ -317,12 +317,8 @@ inline void warp_collective(Op op, unsigned mask, int param, int width, const vo
   if (size) std::memcpy(f->in, in, std::min<size_t>(size, 16));
   auto& groups = b->warps[f->warp];
   WarpGroup* g = nullptr;
-  for (auto& x : groups) {
-    if (x.mask == mask) { g = &x; break; }
-    if (x.mask & mask)
-      fault(cudaErrorLaunchFailure, std::string(op_name(op)) + ": " + where(*f) + " with mask " + std::to_string(mask)
-            + " overlaps another collective's mask in its warp (divergent warp synchronisation)");
-  }
+  for (auto& x : groups)  // groups with overlapping masks wait side by side (lanes in __syncwarp while
+    if (x.mask == mask) { g = &x; break; }  // a subset shuffles among itself)
   if (g == nullptr) { groups.push_back(WarpGroup{mask, op, 0}); g = &groups.back(); }
   else if (g->op != op && !(g->op == Op::Sync || op == Op::Sync) && !(
       (g->op == Op::Idx || g->op == Op::Up || g->op == Op::Down || g->op == Op::Xor) &&
