@@ -14,7 +14,7 @@ COLS = 32768
 
 SHAPES = {
     "small": {"ROWS": 4, "COLS": 70},
-    "cpu": {"ROWS": 256, "COLS": 8192},  # the CPU backend's default: eager takes a few ms on one core
+    "cpu": {"ROWS": 512, "COLS": 8192},  # the CPU backend's default: eager takes a few ms on one core
     "odd": {"ROWS": 1001, "COLS": 12345},
     "long": {"ROWS": 64, "COLS": 1048576},
 }

@@ -12,7 +12,7 @@ EPS = 1e-6
 
 SHAPES = {
     "small": {"TOKENS": 16, "HIDDEN": 64},
-    "cpu": {"TOKENS": 1024, "HIDDEN": 2048},  # the CPU backend's default: eager takes a few ms on one core
+    "cpu": {"TOKENS": 2048, "HIDDEN": 2048},  # the CPU backend's default: eager takes a few ms on one core
     "odd": {"TOKENS": 3001, "HIDDEN": 5000},
     "wide": {"TOKENS": 8192, "HIDDEN": 8192},
 }

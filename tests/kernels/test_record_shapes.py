@@ -47,3 +47,18 @@ def test_an_overhead_bound_shape_keeps_its_ratio_but_stays_out_of_the_means() ->
     assert summary["per_shape"]["small"]["speedup"] == 0.5 and summary["per_shape"]["small"]["floor_us"] == 5.0
     only_small = _measured_summary({"small": verdict("small", 40.0, 20.0, ("candidate", "eager"))})
     assert only_small["accepted"] and only_small["speedup"] is None  # nothing to headline
+
+
+def test_at_least_fifteen_cpu_kernels_each_recorded_on_its_cpu_shape() -> None:
+    """Issue #17: 15 or more CPU reference kernels, the level-2 fusions among them, each with a
+    record that measured its task's `cpu` shape (eager a few ms on one core) and was accepted."""
+    from agentforge.kernel_library import list_kernels
+
+    cpu = [k for k in list_kernels("cpu") if k.backend == "cpu"]
+    assert len(cpu) >= 15
+    assert len([k for k in cpu if k.task_name.startswith("level2/")]) >= 5
+    for kernel in cpu:
+        record = kernel.record
+        assert record is not None and record["measured"], kernel.task_name
+        per_shape = record["summary"]["per_shape"]
+        assert "cpu" in per_shape and per_shape["cpu"]["accepted"], kernel.task_name

@@ -45,7 +45,7 @@ extern "C" void cumsum_rows_f32(const float* __restrict__ x, float* __restrict__
 }
 """
 
-_lib = load_cpp("cumsum_cpu", _SOURCE, extra_cflags=("-fno-trapping-math",))
+_lib = load_cpp("cumsum_cpu", _SOURCE, extra_cflags=("-fno-trapping-math", "-mprefer-vector-width=512"))
 _lib.cumsum_rows_f32.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long]
 _lib.cumsum_rows_f32.restype = None
 

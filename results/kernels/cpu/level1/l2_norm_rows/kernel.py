@@ -37,7 +37,7 @@ extern "C" void l2_norm_rows_f32(const float* __restrict__ x, float* __restrict_
 }
 """
 
-_lib = load_cpp("l2_norm_rows_cpu", _SOURCE, extra_cflags=("-fno-trapping-math",))
+_lib = load_cpp("l2_norm_rows_cpu", _SOURCE, extra_cflags=("-fno-trapping-math", "-mprefer-vector-width=512"))
 _lib.l2_norm_rows_f32.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long]
 _lib.l2_norm_rows_f32.restype = None
 

@@ -90,7 +90,7 @@ extern "C" void layer_norm_cpu(const void* x, const void* w, const void* b, void
 }
 """
 
-_lib = load_cpp("layer_norm_cpu", _SOURCE, extra_cflags=("-fno-trapping-math",))
+_lib = load_cpp("layer_norm_cpu", _SOURCE, extra_cflags=("-fno-trapping-math", "-mprefer-vector-width=512"))
 _lib.layer_norm_cpu.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long,
                                 ctypes.c_long, ctypes.c_float, ctypes.c_int, ctypes.c_int]
 _lib.layer_norm_cpu.restype = None

@@ -26,7 +26,7 @@ extern "C" void relu_f32(const float* __restrict__ x, float* __restrict__ y, lon
 }
 """
 
-_lib = load_cpp("relu_cpu", _SOURCE, extra_cflags=("-fno-trapping-math",))
+_lib = load_cpp("relu_cpu", _SOURCE, extra_cflags=("-fno-trapping-math", "-mprefer-vector-width=512"))
 _lib.relu_f32.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long]
 _lib.relu_f32.restype = None
 

@@ -81,7 +81,7 @@ extern "C" void rms_norm_cpu(const void* x, const void* w, void* y, long rows, l
 }
 """
 
-_lib = load_cpp("rms_norm_cpu", _SOURCE, extra_cflags=("-fno-trapping-math",))
+_lib = load_cpp("rms_norm_cpu", _SOURCE, extra_cflags=("-fno-trapping-math", "-mprefer-vector-width=512"))
 _lib.rms_norm_cpu.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long,
                               ctypes.c_float, ctypes.c_int, ctypes.c_int]
 _lib.rms_norm_cpu.restype = None

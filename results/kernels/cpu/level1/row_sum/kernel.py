@@ -35,7 +35,7 @@ extern "C" void row_sum_f32(const float* __restrict__ x, float* __restrict__ y, 
 }
 """
 
-_lib = load_cpp("row_sum_cpu", _SOURCE, extra_cflags=("-fno-trapping-math",))
+_lib = load_cpp("row_sum_cpu", _SOURCE, extra_cflags=("-fno-trapping-math", "-mprefer-vector-width=512"))
 _lib.row_sum_f32.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long]
 _lib.row_sum_f32.restype = None
 

@@ -30,6 +30,27 @@ static inline uint16_t narrow(float f) {
     return f != f ? (uint16_t)((u >> 16) | 0x40u) : nearest;  // a select, so the loops vectorize
 }
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+// 16 bf16 -> 16 fp32 (exact: a bf16 is the top half of an fp32); lanes outside m read as 0.
+static inline __m512 widen16(const uint16_t* p, __mmask16 m) {
+    __m256i h = _mm256_maskz_loadu_epi16(m, p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+// 16 fp32 -> 16 bf16, rounded to nearest, ties to even; a NaN stays a quiet NaN.
+static inline __m256i narrow16(__m512 f) {
+    __m512i u = _mm512_castps_si512(f);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
+    __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
+    return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet));
+}
+static inline __mmask16 tail16(long left) {
+    return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
+}
+#endif
+
 extern "C" void bias_residual_layer_norm_bf16(
         const uint16_t* __restrict__ x, const uint16_t* __restrict__ res, const uint16_t* __restrict__ bias,
         const uint16_t* __restrict__ w, const uint16_t* __restrict__ b, uint16_t* __restrict__ out,
@@ -37,6 +58,56 @@ extern "C" void bias_residual_layer_norm_bf16(
     #pragma omp parallel for schedule(static) if (rows * cols >= PAR_MIN && rows > 1)
     for (long r = 0; r < rows; ++r) {
         const long off = r * cols;
+#if defined(__AVX512F__)
+        // Pass 1 writes the bf16 sum (rounded twice, as eager adds the bias, then the residual)
+        // and sums it; passes 2 and 3 read the row back from L1.
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+        long c = 0;
+        for (; c + 32 <= cols; c += 32) {
+            __m512 t0 = widen16(x + off + c, 0xFFFF), t1 = widen16(x + off + c + 16, 0xFFFF);
+            __m256i h0 = narrow16(_mm512_add_ps(t0, widen16(bias + c, 0xFFFF)));
+            __m256i h1 = narrow16(_mm512_add_ps(t1, widen16(bias + c + 16, 0xFFFF)));
+            t0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h0), 16));
+            t1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h1), 16));
+            h0 = narrow16(_mm512_add_ps(t0, widen16(res + off + c, 0xFFFF)));
+            h1 = narrow16(_mm512_add_ps(t1, widen16(res + off + c + 16, 0xFFFF)));
+            _mm256_storeu_si256((__m256i*)(total + off + c), h0);
+            _mm256_storeu_si256((__m256i*)(total + off + c + 16), h1);
+            acc0 = _mm512_add_ps(acc0, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h0), 16)));
+            acc1 = _mm512_add_ps(acc1, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h1), 16)));
+        }
+        for (; c < cols; c += 16) {
+            __mmask16 m = tail16(cols - c);
+            __m512 t = widen16(x + off + c, m);
+            __m256i h = narrow16(_mm512_add_ps(t, widen16(bias + c, m)));
+            t = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+            h = narrow16(_mm512_add_ps(t, widen16(res + off + c, m)));
+            _mm256_mask_storeu_epi16(total + off + c, m, h);
+            acc0 = _mm512_add_ps(acc0, widen16(total + off + c, m));
+        }
+        const float mean = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) / (float)cols;
+        const __m512 vmean = _mm512_set1_ps(mean);
+        __m512 sq0 = _mm512_setzero_ps(), sq1 = _mm512_setzero_ps();
+        for (c = 0; c + 32 <= cols; c += 32) {
+            __m512 d0 = _mm512_sub_ps(widen16(total + off + c, 0xFFFF), vmean);
+            __m512 d1 = _mm512_sub_ps(widen16(total + off + c + 16, 0xFFFF), vmean);
+            sq0 = _mm512_fmadd_ps(d0, d0, sq0);
+            sq1 = _mm512_fmadd_ps(d1, d1, sq1);
+        }
+        for (; c < cols; c += 16) {
+            __mmask16 m = tail16(cols - c);
+            __m512 d = _mm512_maskz_sub_ps(m, widen16(total + off + c, m), vmean);
+            sq0 = _mm512_fmadd_ps(d, d, sq0);
+        }
+        const float inv = 1.0f / std::sqrt(_mm512_reduce_add_ps(_mm512_add_ps(sq0, sq1)) / (float)cols + eps);
+        const __m512 vinv = _mm512_set1_ps(inv);
+        for (c = 0; c < cols; c += 16) {
+            __mmask16 m = tail16(cols - c);
+            __m512 d = _mm512_mul_ps(_mm512_sub_ps(widen16(total + off + c, m), vmean), vinv);
+            __m512 y = _mm512_fmadd_ps(d, widen16(w + c, m), widen16(b + c, m));
+            _mm256_mask_storeu_epi16(out + off + c, m, narrow16(y));
+        }
+#else
         float sum = 0.f;
         #pragma omp simd reduction(+ : sum)
         for (long c = 0; c < cols; ++c) {
@@ -55,6 +126,7 @@ extern "C" void bias_residual_layer_norm_bf16(
         #pragma omp simd
         for (long c = 0; c < cols; ++c)
             out[off + c] = narrow((widen(total[off + c]) - mean) * inv * widen(w[c]) + widen(b[c]));
+#endif
     }
 }
 """
