@@ -277,7 +277,8 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         return round(statistics.median(values), 2) if values else None
 
     refused = [r for r in rows if refused_by_policy(r["ours"])]
-    judged = [r for r in rows if not refused_by_policy(r["ours"])]
+    # Judged: a compiler gave both verdicts (not refused by policy, torch's build not skipped).
+    judged = [r for r in rows if not refused_by_policy(r["ours"]) and r["torch"]["verdict"] != "skipped"]
     statuses: dict[str, int] = {}
     for row in rows:
         statuses[row["ours"]["status"]] = statuses.get(row["ours"]["status"], 0) + 1
@@ -298,6 +299,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "integrity_flagged": len(flagged),
         "median_verdict_cold_s": median([r["ours"]["seconds_cold"] for r in rows]),
         "median_verdict_warm_s": median([r["ours"]["seconds_warm"] for r in rows]),
+        "median_cpu_warm_s": median_of([r["ours"].get("cpu_seconds_warm") for r in rows]),
         "max_verdict_warm_s": max((r["ours"]["seconds_warm"] for r in rows), default=None),
         "median_compile_cold_s": median([r["ours"]["compile_seconds_cold"] or 0.0 for r in rows]),
         "median_compile_warm_s": median([r["ours"]["compile_seconds_warm"] or 0.0 for r in rows]),
