@@ -63,10 +63,13 @@ def check_shape(task: Any, module: Any, shape: str) -> dict[str, Any]:
     with torch.no_grad():
         expected = reference(*inputs)
         got = candidate(*inputs)
+    from agentforge.task import flatten_tensors
+
     tol = task.tolerance
-    passed = bool(got.shape == expected.shape and torch.allclose(got.double(), expected.double(), atol=tol.atol,
-                                                                 rtol=tol.rtol))
-    error = float((got.double() - expected.double()).abs().max()) if got.shape == expected.shape else float("inf")
+    pairs = list(zip(flatten_tensors(got), flatten_tensors(expected), strict=False))
+    same = len(pairs) == len(list(flatten_tensors(expected))) and all(g.shape == e.shape for g, e in pairs)
+    passed = same and all(torch.allclose(g.double(), e.double(), atol=tol.atol, rtol=tol.rtol) for g, e in pairs)
+    error = max(float((g.double() - e.double()).abs().max()) for g, e in pairs) if same and pairs else float("inf")
     seconds = round(time.perf_counter() - started, 2)
     return {"shape": shape, "passed": passed, "max_abs_error": error, "seconds": seconds}
 
