@@ -75,6 +75,12 @@ def explain(log: str, source: str) -> list[str]:
     return [f"API drift: {d.note}" for d in DRIFTS if d.in_log.search(log) and d.in_source.search(source)]
 
 
+def has_construct(source: str) -> bool:
+    """Whether `source` holds a construct of some drift: a build of it that fails is worth
+    letting finish, since its log is what `explain` needs."""
+    return any(d.in_source.search(source) for d in DRIFTS)
+
+
 def first_error(log: str) -> str:
     """The first line of `log` that reports an error (the cause; the rest mostly follow from it),
     with the line after it when that one carries the detail (nvcc puts the offending code there)."""

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentforge.evaluator import build_cache
+from agentforge.evaluator import api_drift, build_cache
 from agentforge.evaluator.native import BUILD_EVENTS, BuildError, BuildEvent, _as_list, _check_flags
 
 # The lean path's flags (no torch headers): the same on the GPU (`native.load_cuda`) and here.
@@ -206,7 +206,11 @@ def _build_inline(staging: Path, name: str, cpp_sources: Sequence[str], cuda_sou
     objects = sorted(plan.objects)
     pch_folder, pch_note = _main_pch(extra_cflags, extra_include_paths)
     extra = {o: [f"-I{pch_folder}"] for o, rule in plan.objects.items() if rule == "compile" and pch_folder}
-    log, failed = _compile_objects(staging, ninja, objects, extra_args=extra)
+    # main.cpp (precompiled header) usually fails long before nvcc ends; when the CUDA source holds
+    # a construct current torch removed, nvcc's error is what names the replacement, so it runs on.
+    drifted = api_drift.has_construct("\n".join(cuda_sources))
+    finish = frozenset(o for o, rule in plan.objects.items() if rule == "cuda_compile" and drifted)
+    log, failed = _compile_objects(staging, ninja, objects, extra_args=extra, finish=finish)
     log = f"precompiled header for main.cpp: {pch_note}\n{log}"
     if failed:
         what = {"compile": f"g++ failed to compile the cpp_sources of {name} (torch's main.cpp)",
@@ -263,12 +267,14 @@ def _main_pch(extra_cflags: Sequence[str], extra_include_paths: Sequence[str]) -
 
 
 def _compile_objects(staging: Path, ninja: str, objects: list[str], timeout: float = 1800,
-                     extra_args: dict[str, list[str]] | None = None) -> tuple[str, list[str]]:
+                     extra_args: dict[str, list[str]] | None = None,
+                     finish: frozenset[str] = frozenset()) -> tuple[str, list[str]]:
     """Run torch's compile command for each object (read from its ninja file), all at once; the
     first that fails ends the others, since its error is the verdict (torch's ninja would wait
-    minutes for nvcc to finish first). `extra_args` go right after an object's compiler (the
-    precompiled header's folder, first on the include path). Returns the log and the objects that
-    failed."""
+    minutes for nvcc to finish first), except the objects in `finish`, which run to their end
+    (one whose error the verdict needs, say). `extra_args` go right after an object's compiler
+    (the precompiled header's folder, first on the include path). Returns the log and the objects
+    that failed."""
     running: dict[str, tuple[subprocess.Popen[bytes], Path, str]] = {}
     for obj in objects:
         listed = subprocess.run([ninja, "-t", "commands", obj], cwd=staging, capture_output=True, text=True,
@@ -287,7 +293,8 @@ def _compile_objects(staging: Path, ninja: str, objects: list[str], timeout: flo
     deadline = time.monotonic() + timeout
     while any(proc.poll() is None for proc, _, _ in running.values()):
         failed = [o for o, (proc, _, _) in running.items() if proc.poll() not in (None, 0)]
-        if failed or time.monotonic() > deadline:
+        waited = [o for o in finish if o in running and running[o][0].poll() is None]
+        if (failed and not waited) or time.monotonic() > deadline:
             break
         time.sleep(0.05)
     stopped = []

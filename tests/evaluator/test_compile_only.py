@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agentforge.evaluator import build_cache, header_prebuild, native
+from agentforge.evaluator import api_drift, build_cache, header_prebuild, native
 from agentforge.evaluator.compile_only import (
     _compile_objects,
     _cpu_torch_shim,
@@ -237,6 +237,26 @@ def test_an_objects_extra_arguments_go_right_after_its_compiler_and_no_other(tmp
     assert f"$ c++ -I{inc} -c a.cpp -o a.o\n" in log and "$ c++ -c b.cpp -o b.o\n" in log
     log, failed = _compile_objects(tmp_path, ninja, ["a.o"])
     assert failed == ["a.o"] and "probe.h" in log
+
+
+def test_an_object_whose_error_the_verdict_needs_runs_on_after_another_fails(tmp_path: Path) -> None:
+    """main.cpp fails in seconds with the precompiled header; nvcc on a source that holds removed
+    torch API must still reach its error, which names the replacement. Other objects stop at once."""
+    (tmp_path / "bad.cpp").write_text("int broken( {\n")
+    (tmp_path / "slow.cpp").write_text("int slow() { return 2; }\n")
+    (tmp_path / "build.ninja").write_text("rule compile\n  command = c++ -c $in -o $out\n"
+                                          "rule late\n  command = sleep 1.5 && c++ -c $in -o $out && echo late-done\n"
+                                          "build bad.o: compile bad.cpp\nbuild slow.o: late slow.cpp\n")
+    ninja = shutil.which("ninja")
+    assert ninja is not None
+    log, failed = _compile_objects(tmp_path, ninja, ["bad.o", "slow.o"])
+    assert failed == ["bad.o"] and "stopped at the first failure: slow.o" in log, log
+    assert not (tmp_path / "slow.o").exists()
+    log, failed = _compile_objects(tmp_path, ninja, ["bad.o", "slow.o"], finish=frozenset({"slow.o"}))
+    assert failed == ["bad.o"] and "late-done" in log and "stopped" not in log, log
+    assert (tmp_path / "slow.o").exists()
+    assert api_drift.has_construct("AT_DISPATCH_FLOATING_TYPES(x.type(), \"k\", [&] {});")
+    assert not api_drift.has_construct("AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), \"k\", [&] {});")
 
 
 def test_the_header_is_looked_up_by_main_cpps_own_flags_less_the_shim(fresh_cache: Path, tmp_path: Path) -> None:
