@@ -8,6 +8,8 @@ machine without a GPU, CUDA kernels get nvcc's compile-only verdict and CPU kern
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 from agentforge.cli.common import console, err_console
@@ -146,8 +148,7 @@ def verify_kernels(
             now_text = result.status.value + (" (compiled)" if shape == COMPILE_ONLY and result.compiled else "")
             if result.accepted:
                 now_text = (f"accepted, {result.candidate_us:.1f} us" if result.candidate_us is not None else
-                            f"correct in the interpreter on {', '.join(sorted({r.shape for r in result.correctness}))}"
-                            f", compiled for {result.compile.arch}")
+                            f"{_untimed_text(result)}, compiled for {result.compile.arch}")
             table.add_row(f"{kernel.gpu}/{kernel.task_name}", shape, rec_text, now_text,
                           _x(rec_shape.get("speedup")), _x(result.speedup),
                           _x(rec_shape.get("speedup_vs_compile")), _x(result.speedup_vs_compile))
@@ -181,6 +182,16 @@ def _tasks_root(settings):
     from pathlib import Path
 
     return Path(settings.tasks_root) if settings.tasks_root else None
+
+
+def _untimed_text(result: Any) -> str:
+    """Where an untimed kernel was found correct (Triton's interpreter or the CUDA emulation), on
+    the declared shapes, with the count of hidden shapes the evaluation added."""
+    where = "the CPU emulation" if getattr(result, "executed_on", "") == "cpu-emulation" else "the interpreter"
+    shapes = {r.shape for r in result.correctness}
+    hidden = {s for s in shapes if s.startswith("hidden-")}
+    text = f"correct in {where} on {', '.join(sorted(shapes - hidden))}"
+    return text + (f" (+{len(hidden)} hidden)" if hidden else "")
 
 
 def _recorded_text(record: dict | None, shape_summary: dict) -> str:
