@@ -100,10 +100,13 @@ def test_verl_reward_path_on_ray_with_an_eval_resource_and_cancellation(local_ra
                                                                  config_path=str(config))
                                              for body in (GOOD, WRONG)))
         # A hung kernel: a request with a short deadline; its Ray task must be stopped.
+        # Children left by earlier tests in this process (a local evaluation that cannot be cancelled
+        # lives to its own limit) are not this evaluation's: only new ones count.
+        before = sandbox_children()
         reply = smoke_template().replace("{completion}", HANG)
         hung = asyncio.ensure_future(service.score_one(RewardRequest(name, source, reply, timeout_s=8.0)))
-        assert await wait_for(lambda: sandbox_children(), 30), "the hung evaluation never started a child"
-        children = sandbox_children()
+        assert await wait_for(lambda: sandbox_children() - before, 30), "the hung evaluation never started a child"
+        children = sandbox_children() - before
         held = await wait_for(lambda: ray.available_resources().get(EVAL_RESOURCE, 0.0) == 1.0, 5)
         record = await hung
         gone = await wait_for(lambda: not (sandbox_children() & children), 15)
