@@ -15,7 +15,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from agentforge.evaluator.cuda_emulation.rewrite import NeedsGpu, RewriteError, rewrite
+from agentforge.evaluator.cuda_emulation.rewrite import NeedsGpu, RewriteError, needs_fibers, rewrite
 
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 EMULATION_CFLAGS = ["-O2", "-w", "-fno-strict-aliasing", "-DAGENTFORGE_CUDA_EMULATION=1"]
@@ -44,7 +44,9 @@ def _as_list(sources: Any) -> list[str]:
 
 def emulated_sources(cpp_sources: Any, cuda_sources: Any) -> list[str]:
     """The `cpp_sources` of the CPU build: prelude, rewritten CUDA sources, rewritten host code."""
-    return [PRELUDE, *(rewrite(s) for s in _as_list(cuda_sources)), *(rewrite(s) for s in _as_list(cpp_sources))]
+    cuda, cpp = _as_list(cuda_sources), _as_list(cpp_sources)
+    plain = not needs_fibers([*cuda, *cpp])  # no barrier or warp collective: threads as plain calls
+    return [PRELUDE, *(rewrite(s, plain) for s in cuda), *(rewrite(s, plain) for s in cpp)]
 
 
 _CPU_BUILD: list[Any] = []

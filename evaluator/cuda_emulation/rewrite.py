@@ -5,7 +5,8 @@ What the preprocessor cannot do is done here, on the text, before compiling: a l
 [&](auto&... a) { kernel(a...); }, args)`; each `__global__` function starts with its
 `__launch_bounds__` check; `extern __shared__ T name[];` becomes a pointer to the launch's dynamic
 shared memory; torch's device checks name the CPU (`x.is_cuda()` -> `x.is_cpu()`, `kCUDA` ->
-`kCPU`), so the candidate's own checks accept the CPU tensors it is handed. Constructs that only a
+`kCPU`), so the candidate's own checks accept the CPU tensors it is handed; each `__shared__`
+variable becomes a reference to its slot in the launch's guarded static shared window. Constructs that only a
 GPU can execute (inline PTX, tensor-core fragments, asynchronous copies, clusters) are named in a
 `NeedsGpu` error. Line breaks are kept, so compiler messages point at the candidate's lines.
 """
@@ -134,7 +135,21 @@ def _kernel_start(text: str, end: int) -> int:
         return i
 
 
-def rewrite_launches(text: str) -> str:
+# Anything that makes a CUDA thread wait for others (or that may hide such a call: a header of the
+# candidate's own); a module whose sources hold none of these runs its threads as plain calls.
+SYNCHRONISING = re.compile(r"__syncthreads|__syncwarp|_sync\s*\(|__shfl|__ballot|__any|__all|__match|__reduce_|"
+                           r"cooperative_groups|\bcg::|\.sync\s*\(|this_thread_block|tiled_partition|"
+                           r"coalesced_threads|#\s*include\s*\"")
+
+
+def needs_fibers(sources: list[str]) -> bool:
+    """Whether any source (comments aside) may make threads wait for each other."""
+    return any(SYNCHRONISING.search(strip_comments(s)) for s in sources)
+
+
+def rewrite_launches(text: str, plain: bool = False) -> str:
+    """Each `<<<...>>>` launch as a launcher call (`emu::launch<true>`: the barrier-free fast path)."""
+    launcher = "::emu::launch<true>" if plain else "::emu::launch"
     out, pos = [], 0
     while True:
         at = text.find("<<<", pos)
@@ -156,7 +171,7 @@ def rewrite_launches(text: str) -> str:
         end = _match(text, paren, "(", ")")
         args = text[paren + 1:end - 1].strip()
         kernel = text[start:at].strip()
-        call = (f"::emu::launch({config[0]}, {config[1]}, (size_t)({config[2]}), (cudaStream_t)({config[3]}), "
+        call = (f"{launcher}({config[0]}, {config[1]}, (size_t)({config[2]}), (cudaStream_t)({config[3]}), "
                 f"[&](auto&... afemu_a) {{ {kernel}(afemu_a...); }}{', ' + args if args else ''})")
         out.append(text[pos:start] + call + "\n" * text.count("\n", start, end))
         pos = end
@@ -205,25 +220,57 @@ def rewrite_dynamic_shared(text: str) -> str:
     return re.sub(r"\bextern\s+__shared__\s+([^;\[]*?)\s*\b(\w+)\s*\[\s*\]\s*;", replace, text)
 
 
-def _declared_names(declaration: str) -> list[str]:
-    names = []
-    for index, part in enumerate(_split_top(declaration)):
-        head = part.split("=")[0].split("[")[0].strip()
-        found = re.findall(r"\b[A-Za-z_]\w*\b", head)
-        if found:
-            names.append(found[-1] if index == 0 else found[0])
-    return names
+_ALIGN = re.compile(r"__align__\s*\(([^()]*)\)|alignas\s*\(([^()]*)\)")
 
 
-def register_static_shared(text: str) -> str:
-    """Each `__shared__` declaration in a function body registers its storage with the runtime, which
-    fills it with 0xFF bytes (NaN for floats) before every block: a read of shared memory that no
-    thread of the block wrote shows, instead of the previous block's values."""
+def _shared_declarators(declaration: str) -> tuple[str, list[tuple[str, str, str]]]:
+    """The base type of a `__shared__` declaration and its declarators as (prefix, name, suffix):
+    `float *p, q[4]` gives ("float", [("*", "p", ""), ("", "q", "[4]")])."""
+    parts, depth, angle, last = [], 0, 0, 0
+    for i, c in enumerate(declaration):  # commas outside brackets and template arguments
+        depth += (c in "([{") - (c in ")]}")
+        if depth == 0:
+            angle += (c == "<") - (c == ">")
+            if c == "," and angle == 0:
+                parts.append(declaration[last:i])
+                last = i + 1
+    parts.append(declaration[last:])
+    first = parts[0].split("=")[0]
+    head = first.split("[")[0]
+    name = re.search(r"([A-Za-z_]\w*)\s*$", head)
+    if name is None:
+        raise RewriteError(f"a __shared__ declaration without a name: {declaration.strip()[:80]}")
+    spec = head[:name.start()]
+    base = spec.rstrip(" \t\n*&")
+    declarators = [(spec[len(base):].strip(), name.group(1), first[len(head):].strip())]
+    for part in parts[1:]:
+        part = part.split("=")[0]
+        found = re.match(r"\s*([*&\s]*)([A-Za-z_]\w*)\s*(.*)$", part, re.S)
+        if found is None:
+            raise RewriteError(f"a __shared__ declarator the rewrite cannot read: {part.strip()[:80]}")
+        declarators.append((found.group(1).strip(), found.group(2), found.group(3).strip()))
+    return base, declarators
+
+
+def guard_static_shared(text: str) -> str:
+    """Each `__shared__` variable in a function body becomes a reference to its slot in the launch's
+    static shared window (`emu::static_shared`), which lies against guard pages: an access outside the
+    block's window faults, as on a GPU, and every block starts with the window filled with 0xFF bytes
+    (NaN for floats), so a read of shared memory no thread of the block wrote shows. Namespace-scope
+    `__shared__` variables stay plain statics."""
     def replace(match: re.Match[str]) -> str:
         if _depth(text, match.start()) == 0:
             return match.group(0)
-        names = _declared_names(match.group(1))
-        return match.group(0) + "".join(f" ::emu::shared_region(&{n}, sizeof({n}));" for n in names)
+        declaration = match.group(1)
+        align = _ALIGN.search(declaration)
+        align_expr = (align.group(1) or align.group(2)) if align else "0"
+        base, declarators = _shared_declarators(_ALIGN.sub(" ", declaration))
+        out = []
+        for prefix, name, suffix in declarators:
+            out.append(f"static char afemu_sk_{name}; using afemu_st_{name} = {base} {prefix} {suffix}; "
+                       f"afemu_st_{name}& {name} = ::emu::static_shared<afemu_st_{name}>(&afemu_sk_{name}, "
+                       f"(size_t)({align_expr}));")
+        return " ".join(out) + "\n" * match.group(0).count("\n")
 
     return re.sub(r"(?<!extern )\b__shared__\s+([^;{}]*?);", replace, text)
 
@@ -236,17 +283,18 @@ TORCH_DEVICE = [
 ]
 
 
-def rewrite(source: str) -> str:
-    """CUDA C++ (or a host wrapper) as host C++ for the emulation runtime; raises NeedsGpu."""
+def rewrite(source: str, plain: bool = False) -> str:
+    """CUDA C++ (or a host wrapper) as host C++ for the emulation runtime; raises NeedsGpu. `plain`:
+    the module has no synchronising call (`needs_fibers`), its launches take the fast path."""
     text = strip_comments(source)
     problem = gpu_only_construct(text)
     if problem is not None:
         raise problem
     text = re.sub(r"\bstatic\s+__shared__\b", "__shared__", text)
     text = rewrite_dynamic_shared(text)
-    text = register_static_shared(text)
+    text = guard_static_shared(text)
     text = rewrite_kernels(text)
-    text = rewrite_launches(text)
+    text = rewrite_launches(text, plain)
     for pattern, replacement in TORCH_DEVICE:
         text = re.sub(pattern, replacement, text)
     return text

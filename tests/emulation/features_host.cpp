@@ -68,3 +68,5 @@ int launch_error(torch::Tensor x, int gx, int gy, int bx, int smem, bool bounds)
 int last_error_after() { return (int)cudaGetLastError(); }
 void reset_device() { cudaDeviceReset(); }
 int sticky_error() { return (int)cudaDeviceSynchronize(); }
+// The guard allocator's placement: -1 drawn per allocation (the default), 0 underflow, 1 overflow mode.
+void guard_mode(int mode) { emu::guard::api()->forced = mode; }

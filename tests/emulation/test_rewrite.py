@@ -4,7 +4,7 @@ and the constructs that need a GPU named with their line."""
 from __future__ import annotations
 
 import pytest
-from agentforge.evaluator.cuda_emulation.rewrite import NeedsGpu, rewrite
+from agentforge.evaluator.cuda_emulation.rewrite import NeedsGpu, needs_fibers, rewrite
 
 
 def test_a_launch_becomes_a_launcher_call_with_its_arguments_evaluated_once() -> None:
@@ -21,9 +21,38 @@ def test_launch_bounds_and_shared_memory() -> None:
                   "  __shared__ float a[32], b[4][8];\n  extern __shared__ __align__(16) float dyn[];\n}\n"
                   "extern __shared__ char pool[];\n")
     assert "{ if (::emu::launch_bounds_exceeded(256, 2)) return;" in out
-    assert "::emu::shared_region(&a, sizeof(a)); ::emu::shared_region(&b, sizeof(b));" in out
+    flat = " ".join(out.split())
+    assert ("using afemu_st_a = float [32]; "
+            "afemu_st_a& a = ::emu::static_shared<afemu_st_a>(&afemu_sk_a, (size_t)(0));") in flat
+    assert "using afemu_st_b = float [4][8];" in flat
     assert "float* dyn = reinterpret_cast<float*>(::emu::dynamic_smem());" in out
     assert "#define pool (reinterpret_cast<char*>(::emu::dynamic_smem()))" in out
+
+
+def test_each_shared_declarator_gets_its_guarded_slot() -> None:
+    out = " ".join(rewrite("template <class T> __device__ void f() {\n"
+                           "  __shared__ __align__(16) float a[32], *b[4];\n  __shared__ typename R<T, 3>::Tmp t;\n}\n"
+                           "__shared__ int at_namespace_scope[2];\n").split())
+    assert ("using afemu_st_a = float [32]; "
+            "afemu_st_a& a = ::emu::static_shared<afemu_st_a>(&afemu_sk_a, (size_t)(16));") in out
+    assert "using afemu_st_b = float * [4];" in out and "using afemu_st_t = typename R<T, 3>::Tmp ;" in out
+    assert "__shared__ int at_namespace_scope[2];" in out  # a plain static, as before
+
+
+@pytest.mark.parametrize(("source", "fibers"), [
+    ("__global__ void k(float* y) { y[threadIdx.x] = 1; }", False),
+    ("// __syncthreads() in a comment only\n__global__ void k(float* y) { y[0] = atomicAdd(y, 1); }", False),
+    ("__global__ void k(float* y) { __syncthreads(); }", True),
+    ("#define SYNC __syncwarp()\n", True),
+    ("float v = __shfl_down_sync(0xffffffffu, x, 1);", True),
+    ("unsigned b = __ballot_sync(m, p);", True),
+    ("namespace cg = cooperative_groups; cg::this_thread_block().sync();", True),
+    ('#include "my_reductions.cuh"', True),  # a header of the candidate's may hold a barrier
+])
+def test_only_barrier_free_modules_take_the_plain_call_path(source: str, fibers: bool) -> None:
+    assert needs_fibers([source]) is fibers
+    launch = rewrite("void f(float* y) { k<<<1, 32>>>(y); }", plain=not fibers)
+    assert ("::emu::launch<true>(" in launch) is not fibers
 
 
 def test_torch_device_checks_name_the_cpu() -> None:

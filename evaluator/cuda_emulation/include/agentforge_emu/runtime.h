@@ -13,7 +13,9 @@
 // the bounds checks) throw from the launch: torch would raise at the next synchronisation.
 #pragma once
 
+#include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <ucontext.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -36,6 +38,8 @@
 
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
+
+#include "agentforge_emu/guarded_memory.h"
 
 #ifndef AGENTFORGE_EMU_STACK_BYTES
 #define AGENTFORGE_EMU_STACK_BYTES (64 * 1024)
@@ -160,6 +164,7 @@ inline unsigned long long g_launches = 0;   // picks each launch's schedule
 inline unsigned long long g_seed = 0x9e3779b97f4a7c15ull;
 inline std::recursive_mutex g_mutex;
 inline unsigned long long g_clock = 0;
+inline char g_signal_fault[400];           // what the fault handler found (a guard page hit), else empty
 
 inline const char* error_name(cudaError_t e) {
   switch (e) {
@@ -205,7 +210,14 @@ inline void release_block(Block* b) {
   b->waiting = 0;
 }
 
+[[noreturn]] inline void plain_sync() {
+  fault(cudaErrorUnknown, "internal error of the CPU emulation: a synchronising call in a launch it ran without "
+        "fibers (its sources were judged barrier-free)");
+}
+inline bool g_plain_launch = false;
+
 inline int block_barrier(int line, int kind, int pred) {
+  if (g_plain_launch) plain_sync();
   Block* b = g_block;
   Fiber* f = g_cur;
   if (b->waiting == 0) { b->site = line; b->bar_kind = kind; b->bar_count = 0; }
@@ -304,6 +316,7 @@ inline const char* op_name(Op op) {
 }
 
 inline void warp_collective(Op op, unsigned mask, int param, int width, const void* in, size_t size, int pred) {
+  if (g_plain_launch) plain_sync();
   Block* b = g_block;
   Fiber* f = g_cur;
   if (!(mask & (1u << f->lane)))
@@ -459,22 +472,209 @@ inline void run_block(Block& b, unsigned long long schedule) {
         else _longjmp(f.jb, 1);
       }
       g_cur = nullptr;
+      if (g_signal_fault[0] && b.fault.empty()) { b.fault = g_signal_fault; b.fault_code = cudaErrorIllegalAddress; }
       if (!b.fault.empty()) return;
     }
     if (!ran) { b.fault = deadlock_report(&b); b.fault_code = cudaErrorLaunchFailure; return; }
   }
 }
 
-// Static shared memory (function-local statics) registers itself on first use; every block starts
-// with it filled with 0xFF bytes, as uninitialised shared memory is garbage on a GPU.
-struct Region { void* p; size_t n; };
-inline std::vector<Region> g_shared_regions;
-inline void shared_region(void* p, size_t n) {
-  for (auto& r : g_shared_regions) if (r.p == p) return;
-  g_shared_regions.push_back(Region{p, n});
-  std::memset(p, 0xff, n);
+// The fast path for launches whose sources hold no barrier, warp collective or cooperative-groups
+// sync (the rewrite decides, over all the module's sources): each thread is a plain call on the
+// launching stack, in the launch's schedule order; no fiber, no context switch.
+inline void run_block_plain(Block& b, unsigned long long schedule, void (*body)(void*), void* arg) {
+  int n = b.n;
+  b.done = 0; b.waiting = 0; b.fault.clear(); b.fault_code = cudaSuccess;
+  Fiber& f = b.fibers[0];
+  unsigned bx = g_block_dim.x, by = g_block_dim.y;
+  int mode = (int)(schedule % 3);
+  static thread_local std::vector<int> order;
+  order.resize(n);
+  for (int i = 0; i < n; ++i) order[i] = mode == 1 ? n - 1 - i : i;
+  if (mode == 2) {
+    std::mt19937_64 rng(g_seed ^ (schedule * 0x2545F4914F6CDD1Dull) ^ ((unsigned long long)g_block_idx.x << 20)
+                        ^ ((unsigned long long)g_block_idx.y << 40));
+    std::shuffle(order.begin(), order.end(), rng);
+  }
+  for (int k = 0; k < n; ++k) {
+    int i = order[k];
+    f.tid = uint3{(unsigned)(i % bx), (unsigned)((i / bx) % by), (unsigned)(i / (bx * by))};
+    f.lane = i & 31; f.warp = i >> 5; f.state = St::Ready;
+    g_cur = &f;
+    if (_setjmp(b.sched_jb) == 0) body(arg);
+    g_cur = nullptr;
+    if (g_signal_fault[0] && b.fault.empty()) { b.fault = g_signal_fault; b.fault_code = cudaErrorIllegalAddress; }
+    if (!b.fault.empty()) return;
+  }
 }
+
+// ----- shared memory against guard pages -------------------------------------------------------------
+// Dynamic and static shared memory each live in an arena of this library: GUARD_BYTES of PROT_NONE on
+// both sides of SHARED_CAPACITY read-write bytes. A launch places its window at the arena's lower end
+// (underflow mode) or so that it ends at the upper guard (overflow mode), alternating per launch, so
+// an access outside the block's window faults, as on a GPU (which faults only outside the window).
+// Every block starts with its windows filled with 0xFF bytes (NaN for floats), as uninitialised
+// shared memory is garbage on a GPU.
+inline constexpr size_t SHARED_CAPACITY = 256 * 1024;
+
+struct Arena {
+  uintptr_t base = 0, lo = 0, hi = 0;  // the mapping, and its read-write part [lo, hi)
+  void map() {
+    if (base) return;
+    size_t total = guard::GUARD_BYTES * 2 + SHARED_CAPACITY;
+    void* p = mmap(nullptr, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) throw Error(cudaErrorMemoryAllocation, "no memory for the shared-memory arena");
+    base = reinterpret_cast<uintptr_t>(p); lo = base + guard::GUARD_BYTES; hi = lo + SHARED_CAPACITY;
+    mprotect(reinterpret_cast<void*>(lo), SHARED_CAPACITY, PROT_READ | PROT_WRITE);
+  }
+  bool in_guard(uintptr_t a) const {
+    return base && a >= base && a < hi + guard::GUARD_BYTES && (a < lo || a >= hi);
+  }
+};
+inline Arena g_dyn_arena, g_static_arena;
+
+// The static shared variables of one launch site, in first-use order: offsets stay fixed across its
+// launches, so from the second launch on its whole window is known and placed against a guard.
+struct StaticLayout {
+  std::vector<const void*> keys;
+  std::vector<size_t> offsets, sizes;
+  size_t total = 0, align = 1;
+};
+inline StaticLayout* g_layout = nullptr;
+inline uintptr_t g_static_base = 0;     // where offset 0 of the window lies in this launch
+inline size_t g_static_known = 0;       // the window's bytes known when the launch started
+inline bool g_overflow_mode = false;
+struct Region { void* p; size_t n; };
+inline std::vector<Region> g_shared_regions;  // this launch's windows, poisoned before every block
+
 inline void poison_shared() { for (auto& r : g_shared_regions) std::memset(r.p, 0xff, r.n); }
+
+inline size_t natural_align(size_t bytes, size_t at_least) {
+  size_t low = bytes ? std::min<size_t>(16, bytes & (~bytes + 1)) : 1;
+  return std::max(low, at_least);
+}
+
+// The storage of a `__shared__` declaration (the rewrite turns each into a reference to this).
+inline void* static_shared_slot(const void* key, size_t bytes, size_t align) {
+  StaticLayout* l = g_layout;
+  if (l == nullptr || g_block == nullptr) throw Error(cudaErrorNotSupported, "__shared__ memory used outside a kernel");
+  for (size_t i = 0; i < l->keys.size(); ++i)
+    if (l->keys[i] == key) {
+      size_t off = l->offsets[i];
+      if (off + l->sizes[i] <= g_static_known) return reinterpret_cast<void*>(g_static_base + off);
+      if (!g_overflow_mode) return reinterpret_cast<void*>(g_static_base + off);
+      return reinterpret_cast<void*>(g_static_arena.lo + off);  // first met in this launch: below the window
+    }
+  size_t off = (l->total + align - 1) / align * align;
+  if (off + bytes > 48 * 1024)
+    fault(cudaErrorLaunchOutOfResources, "static shared memory past 48 KiB per block");
+  l->keys.push_back(key); l->offsets.push_back(off); l->sizes.push_back(bytes);
+  l->total = off + bytes; l->align = std::max(l->align, align);
+  void* p = reinterpret_cast<void*>((g_overflow_mode ? g_static_arena.lo : g_static_base) + off);
+  std::memset(p, 0xff, bytes);
+  g_shared_regions.push_back(Region{p, bytes});
+  return p;
+}
+
+template <class T> T& static_shared(const void* key, size_t align = 0) {
+  return *static_cast<T*>(static_shared_slot(key, sizeof(T), natural_align(sizeof(T), std::max(alignof(T), align))));
+}
+
+// ----- faults of a running kernel: a signal on a guard page becomes a launch failure ------------------
+inline pthread_t g_launch_thread;
+inline struct sigaction g_prev_segv, g_prev_bus;
+inline bool g_handler_installed = false;
+
+inline bool describe_shared(uintptr_t a, bool write, char* out, size_t n) {
+  const char* what = write ? "write" : "read";
+  if (g_dyn_arena.in_guard(a)) {
+    uintptr_t start = reinterpret_cast<uintptr_t>(g_dyn_smem), end = start + g_dyn_smem_bytes;
+    if (a >= end)
+      std::snprintf(out, n, "out-of-bounds dynamic shared %s, %zu bytes past the end of the launch's %zu-byte "
+                    "extern __shared__ window", what, (size_t)(a - end), g_dyn_smem_bytes);
+    else
+      std::snprintf(out, n, "out-of-bounds dynamic shared %s, %zu bytes before the start of the launch's %zu-byte "
+                    "extern __shared__ window", what, (size_t)(start - a), g_dyn_smem_bytes);
+    return true;
+  }
+  if (g_static_arena.in_guard(a)) {
+    uintptr_t start = g_static_base, end = start + g_static_known;
+    if (a >= end)
+      std::snprintf(out, n, "out-of-bounds static shared %s, %zu bytes past the end of the block's %zu-byte "
+                    "__shared__ window", what, (size_t)(a - end), g_static_known);
+    else
+      std::snprintf(out, n, "out-of-bounds static shared %s, %zu bytes before the start of the block's %zu-byte "
+                    "__shared__ window", what, (size_t)(start - a), g_static_known);
+    return true;
+  }
+  return false;
+}
+
+inline void chain_signal(int sig, siginfo_t* info, void* uctx) {
+  const struct sigaction& prev = sig == SIGSEGV ? g_prev_segv : g_prev_bus;
+  if (prev.sa_flags & SA_SIGINFO) { if (prev.sa_sigaction) prev.sa_sigaction(sig, info, uctx); return; }
+  if (prev.sa_handler == SIG_DFL || prev.sa_handler == SIG_IGN) { sigaction(sig, &prev, nullptr); return; }
+  prev.sa_handler(sig);  // returning re-executes the access, under whatever handler is left
+}
+
+inline bool describe_stack(uintptr_t a, char* out, size_t n) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  for (unsigned char* b : g_stacks.bases) {
+    uintptr_t top = reinterpret_cast<uintptr_t>(b);
+    if (a < top && a >= top - page) {
+      std::snprintf(out, n, "stack overflow of a CUDA thread (the emulation gives each thread %d KiB of stack)",
+                    (int)(AGENTFORGE_EMU_STACK_BYTES / 1024));
+      return true;
+    }
+  }
+  return false;
+}
+
+inline void on_fault(int sig, siginfo_t* info, void* uctx) {
+  if (g_block != nullptr && g_cur != nullptr && info->si_code > 0 && pthread_equal(pthread_self(), g_launch_thread)) {
+    uintptr_t a = reinterpret_cast<uintptr_t>(info->si_addr);
+    bool write = false;
+#if defined(__x86_64__) && defined(__linux__)
+    write = (static_cast<ucontext_t*>(uctx)->uc_mcontext.gregs[REG_ERR] & 2) != 0;
+#endif
+    const guard::Api* api = guard::api();
+    char* out = g_signal_fault;
+    size_t n = sizeof g_signal_fault;
+    if (describe_shared(a, write, out, n) || describe_stack(a, out, n) || (api && api->describe(a, write, out, n))) {
+      g_cur->state = St::Done;
+      _longjmp(g_block->sched_jb, 1);  // back to the block's scheduler, which ends the launch
+    }
+  }
+  chain_signal(sig, info, uctx);
+}
+
+// Installed at the first launch (over Python's faulthandler, to which other faults go on); each
+// launching thread gets an alternate signal stack, so a fault on a thread's own stack is handled too.
+inline void prepare_fault_handling() {
+  if (!g_handler_installed) {
+    struct sigaction sa{};
+    sa.sa_sigaction = &on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;  // NODEFER: left by _longjmp, not blocked afterwards
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &g_prev_segv);
+    sigaction(SIGBUS, &sa, &g_prev_bus);
+    g_handler_installed = true;
+  }
+  static thread_local bool has_stack = false;
+  if (!has_stack) {
+    stack_t cur{};
+    sigaltstack(nullptr, &cur);
+    if (cur.ss_flags & SS_DISABLE) {
+      stack_t ss{};
+      ss.ss_size = 64 * 1024;
+      ss.ss_sp = std::malloc(ss.ss_size);  // kept for the thread's life
+      sigaltstack(&ss, nullptr);
+    }
+    has_stack = true;
+  }
+  g_launch_thread = pthread_self();
+  g_signal_fault[0] = 0;
+}
 
 // ----- launches -----------------------------------------------------------------------------------
 inline dim3 as_dim3(dim3 d) { return d; }
@@ -499,7 +699,7 @@ template <class F> void trampoline(void* p) { (*static_cast<F*>(p))(); }
 // `kernel<<<grid, block, smem, stream>>>(args...)` becomes `emu::launch(grid, block, smem, stream,
 // [&](auto&&... a) { kernel(a...); }, args...)`: the arguments are evaluated once, on the host,
 // and every thread gets its own copy, as a GPU passes them by value.
-template <class G, class B, class K, class... A>
+template <bool Plain = false, class G, class B, class K, class... A>
 void launch(G grid, B block, size_t smem, cudaStream_t, K&& kernel, A&&... args) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
   if (g_block != nullptr) throw Error(cudaErrorNotSupported, "a kernel launched from device code (dynamic parallelism) cannot run in the CPU emulation");
@@ -509,21 +709,36 @@ void launch(G grid, B block, size_t smem, cudaStream_t, K&& kernel, A&&... args)
   auto params = std::make_tuple(std::decay_t<A>(args)...);
   auto body = [&]() { std::apply([&](auto&... a) { kernel(a...); }, params); };
   using Body = decltype(body);
-  std::vector<unsigned char> dyn(smem + 16);
-  std::memset(dyn.data(), 0xff, dyn.size());  // uninitialised shared memory reads as NaN, not as zeros
-  unsigned char* aligned = dyn.data() + ((16 - ((uintptr_t)dyn.data() & 15)) & 15);
+  static StaticLayout layout;  // one per launch site (this template's instantiation)
   Block blk;
   unsigned long long schedule = g_launches++;
-  g_grid_dim = g; g_block_dim = b; g_dyn_smem = aligned; g_dyn_smem_bytes = smem;
+  prepare_fault_handling();
+  g_overflow_mode = (schedule & 1) == 0;  // launches alternate the guarded end of every window
+  g_dyn_arena.map(); g_static_arena.map();
+  uintptr_t dyn = g_overflow_mode ? (g_dyn_arena.hi - smem) & ~(uintptr_t)(natural_align(smem, 1) - 1) : g_dyn_arena.lo;
+  g_layout = &layout; g_static_known = layout.total;
+  g_static_base = g_overflow_mode ? (g_static_arena.hi - layout.total) & ~(uintptr_t)(layout.align - 1)
+                                  : g_static_arena.lo;
+  g_shared_regions.clear();
+  if (smem) g_shared_regions.push_back(Region{reinterpret_cast<void*>(dyn), smem});
+  if (layout.total) g_shared_regions.push_back(Region{reinterpret_cast<void*>(g_static_base), layout.total});
+  g_grid_dim = g; g_block_dim = b; g_dyn_smem = reinterpret_cast<unsigned char*>(dyn); g_dyn_smem_bytes = smem;
   int n = (int)(b.x * b.y * b.z);
-  struct Reset { ~Reset() { g_block = nullptr; g_cur = nullptr; g_dyn_smem = nullptr; } } reset;
-  init_fibers(blk, n, &trampoline<Body>, &body);
+  struct Reset {
+    ~Reset() {
+      g_block = nullptr; g_cur = nullptr; g_dyn_smem = nullptr; g_layout = nullptr; g_shared_regions.clear();
+      g_plain_launch = false;
+    }
+  } reset;
+  if (Plain) { blk.fibers.assign(1, Fiber{}); blk.n = n; g_block = &blk; g_plain_launch = true; }
+  else init_fibers(blk, n, &trampoline<Body>, &body);
   for (unsigned z = 0; z < g.z; ++z)
     for (unsigned y = 0; y < g.y; ++y)
       for (unsigned x = 0; x < g.x; ++x) {
         g_block_idx = uint3{x, y, z};
         poison_shared();
-        run_block(blk, schedule);
+        if (Plain) run_block_plain(blk, schedule, &trampoline<Body>, &body);
+        else run_block(blk, schedule);
         if (!blk.fault.empty()) {
           cudaError_t code = blk.fault_code;
           if (code == cudaErrorLaunchOutOfResources && blk.fault.rfind("launch bounds", 0) == 0) {
