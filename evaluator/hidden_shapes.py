@@ -1,27 +1,36 @@
 """Hidden shapes: variants of a task the candidate cannot know in advance, derived per evaluation.
 
-From the shape the job checks first (the base: `cpu` on the CPU backend, else `default`), and only
-on the sizes the task's declared variants show to scale (`Task.scaling_sizes`):
+From the shape the job checks first (the base: `cpu` on the CPU backend, else `default`), on the
+sizes that scale: for a task with declared variants, the sizes they change (`Task.scaling_sizes`);
+for one without (KernelBench's own files: module-level constants, one fixed shape), the integer
+module constants `get_inputs`/`get_init_inputs` read (`source_sizes`: at least 8, not a kernel
+size, stride, padding, dilation, group, axis or head count):
 
 - one **prime** shape: every scaling size replaced by a prime between half the base's and the
   base's (a size whose declared values share a factor, say 16 for a head dimension, keeps it: a
   multiple of it in that range instead);
 - **large** shapes: one scaling size at a time (up to `MAX_LARGE` of them, chosen at random)
   2-4x the base's, rounded to the same shared factor, the other scaling sizes shrunk by as much
-  between them, so that a hidden shape costs about what the base does.
+  between them, so that a hidden shape costs about what the base does. Without declared variants
+  only the sizes that tile (multiples of `TILE_MIN`) grow, in multiples of their power of two up to
+  `TILE_MAX`.
 
 The draws come from the evaluation's secret base seed (recorded in the verdict's provenance once it
 is written, so a verdict can be replayed). A derived shape the reference cannot run (sizes that
 must divide each other), one that costs more than `COST_FACTOR` times the base's bytes, or one that
-would not fit in the device's memory is redrawn, then dropped, and the plan says why.
+would not fit in the device's memory is redrawn, then dropped, and the plan says why: constants
+tied together (channels and groups, a width and its head count) keep a task working, at the cost of
+that variant.
 
 Imports only the standard library and torch.
 """
 
 from __future__ import annotations
 
+import ast
 import math
 import random
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +44,12 @@ MEMORY_SHARE = 0.25  # of the free memory, for one call's bytes times the copies
 COPIES = 6  # inputs and outputs: the judge's, the worker's, the fp64 reference's (twice the bytes), eager's
 DRAWS = 4  # tries per derived shape before it is dropped
 META_BUDGET_S = 5.0
+# Tasks without declared variants: the module constants get_inputs/get_init_inputs read are the sizes.
+SOURCE_FUNCTIONS = ("get_inputs", "get_init_inputs")
+MIN_SOURCE_SIZE = 8
+HYPERPARAMETER = re.compile(r"kernel|stride|pad|dilation|group|axis|head", re.IGNORECASE)
+TILE_MIN = 8  # a size that is a multiple of this tiles: it gets 2-4x draws
+TILE_MAX = 16
 
 
 @dataclass(frozen=True)
@@ -54,21 +69,34 @@ class HiddenPlan:
     shapes: list[HiddenShape] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)  # why a derived shape was not kept
     reason: str = ""  # why there are none at all
+    origin: str = ""  # which sizes were varied, and where they were found
 
 
 def plan(task: Task, base: str, seed: int, device: torch.device) -> HiddenPlan:
     """The hidden shapes of one evaluation (registered on `task` as derived variants)."""
     result = HiddenPlan(base)
-    scaling = task.scaling_sizes()
     base_sizes = task.sizes(base)
-    dims = [d for d in scaling if type(base_sizes.get(d)) is int]
-    if not task.shapes.keys() - {"default"}:
-        result.reason = "the task declares no shape variants, so which sizes scale is unknown"
-        return result
-    if not dims:
-        result.reason = "no size differs between the task's declared shape variants"
-        return result
-    steps = {d: math.gcd(*scaling[d]) for d in dims}
+    if task.shapes.keys() - {"default"}:
+        scaling = task.scaling_sizes()
+        dims = [d for d in scaling if type(base_sizes.get(d)) is int]
+        if not dims:
+            result.reason = "no size differs between the task's declared shape variants"
+            return result
+        steps = {d: math.gcd(*scaling[d]) for d in dims}
+        prime_steps, large_dims = steps, dims
+        result.origin = "the sizes the declared shape variants change: " + ", ".join(dims)
+    else:
+        found = source_sizes(task, base)
+        dims = list(found)
+        if not dims:
+            result.reason = ("the task declares no shape variants, and get_inputs/get_init_inputs read no "
+                             f"integer module constant of at least {MIN_SOURCE_SIZE} (sizes fixed inside them)")
+            return result
+        steps = {d: _tile(v) for d, v in found.items()}
+        prime_steps = dict.fromkeys(dims, 1)  # every size a prime, a tile or not
+        large_dims = [d for d in dims if steps[d] >= TILE_MIN]
+        result.origin = ("the module constants get_inputs/get_init_inputs read (no declared variants): "
+                         + ", ".join(f"{d}={v}" for d, v in found.items()))
     base_cost = _cost(task, base)
     free = _device_memory(str(device)).get("free_bytes")
     rng = random.Random(f"agentforge-hidden-shapes:{seed}")
@@ -98,7 +126,7 @@ def plan(task: Task, base: str, seed: int, device: torch.device) -> HiddenPlan:
         result.dropped.append(f"{kind} shape dropped: {why}")
 
     def prime_draw() -> dict[str, int]:
-        return {d: _near(rng, base_sizes[d], steps[d], 0.5, 1.0, prime=True) for d in dims}
+        return {d: _near(rng, base_sizes[d], prime_steps[d], 0.5, 1.0, prime=True) for d in dims}
 
     def large_draw(d: str) -> dict[str, int]:
         value = _near(rng, base_sizes[d], steps[d], 2.0, 4.0, prime=False)
@@ -107,9 +135,35 @@ def plan(task: Task, base: str, seed: int, device: torch.device) -> HiddenPlan:
         return {d: value, **{o: _shrunk(base_sizes[o], steps[o], shrink) for o in others}}
 
     attempt("prime", prime_draw)
-    for d in rng.sample(dims, min(MAX_LARGE, len(dims))):
+    for d in rng.sample(large_dims, min(MAX_LARGE, len(large_dims))):
         attempt("large", lambda d=d: large_draw(d))
     return result
+
+
+def source_sizes(task: Task, base: str = "default") -> dict[str, int]:
+    """The sizes of a task that declares no shape variants (KernelBench's own files): the integer
+    module constants that `get_inputs` and `get_init_inputs` read, at least `MIN_SOURCE_SIZE`
+    (a 3 is a kernel size, a 1 a reduction axis) and not named like a layer's hyperparameter
+    (`HYPERPARAMETER`), with their values at `base`, in the order the source names them."""
+    try:
+        tree = ast.parse(task.source)
+    except SyntaxError:
+        return {}
+    read: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name in SOURCE_FUNCTIONS:
+            local = {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)} | {
+                n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            read += [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+                     and n.id not in local and n.id not in read]
+    sizes = task.sizes(base)
+    return {n: sizes[n] for n in read if type(sizes.get(n)) is int and sizes[n] >= MIN_SOURCE_SIZE
+            and not HYPERPARAMETER.search(n)}
+
+
+def _tile(value: int) -> int:
+    """The power of two a size is a multiple of, at most `TILE_MAX`: what a 2-4x draw keeps."""
+    return min(value & -value, TILE_MAX)
 
 
 def _shrunk(base: int, step: int, by: float) -> int:
@@ -181,15 +235,18 @@ def _unfit(task: Task, shape: HiddenShape, base: tuple[float | None, bool], free
     return ""
 
 
-def summary(hidden: HiddenPlan, results: dict[str, str]) -> dict[str, Any]:
-    """What the verdict says of the hidden shapes: how many ran, which failed and at what sizes
-    (revealed only once the checks are over), and why any were skipped."""
+def summary(hidden: HiddenPlan, results: dict[str, str], why: dict[str, str] | None = None) -> dict[str, Any]:
+    """What the verdict says of the hidden shapes: which sizes were varied, how many ran, which failed
+    and at what sizes (revealed only once the checks are over) with what went wrong (`why`), and why
+    any were skipped."""
     ran = [s for s in hidden.shapes if s.name in results and results[s.name] in ("passed", "failed")]
     return {
         "base": hidden.base,
+        "origin": hidden.origin,
         "ran": len(ran),
         "failed": {s.name: s.describe() for s in ran if results[s.name] == "failed"},
         "passed": {s.name: s.describe() for s in ran if results[s.name] == "passed"},
+        "why_failed": {k: v[:300] for k, v in (why or {}).items()},
         "skipped": {s.name: results.get(s.name, "not run") for s in hidden.shapes if s not in ran}
         | ({"all": hidden.reason} if hidden.reason else {}),
         "dropped": list(hidden.dropped),

@@ -34,7 +34,7 @@ RULES: dict[str, str] = {
     "library_fallback": "the candidate computes with another library (numpy, SciPy, JAX, BLAS, cuBLAS, cuDNN)",
     "fast_math": "the candidate turns on fast-math from its source (pragma, attribute, flag in a string)",
     "shape_specialised": "correct on some shapes but not on others: another declared variant, or a hidden shape "
-                         "derived from them per evaluation",
+                         "derived from them per evaluation (an audit mark on the kernelbench track)",
     "precision_downgrade": "an fp32 task computed at lower precision (fp16, bf16, TF32 rounding): the error "
                            "against fp64 is far above eager fp32's on the same inputs",
     "l2_persistence": "the candidate set a persisting-L2 carve-out or access window",

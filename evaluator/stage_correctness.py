@@ -14,9 +14,12 @@ Precision (`tolerance`): on an fp32 task without a declared TOLERANCE (hardened 
 bar is calibrated from eager fp32's own error against fp64 on its first trial's inputs; on every fp32 task
 the same probe flags a candidate whose error is far above eager's (`precision_downgrade`: reject on
 the hardened track, an audit mark on the kernelbench track, which keeps its published tolerance).
-Hidden shapes (`hidden_shapes`, hardened track): after the declared shapes, a few derived from
-them with the secret seed, one trial each, within a time budget; the verdict's provenance says how
-many ran, which failed (with their sizes) and why any were skipped.
+Hidden shapes (`hidden_shapes`, both tracks): after the declared shapes, a few derived from them
+(or, for a task without variants, from the module constants its inputs read) with the secret seed,
+one trial each, within a time budget; the verdict's provenance says how many ran, which failed (with
+their sizes) and why any were skipped. A failure there is a mismatch with `shape_specialised` on
+the hardened track; on the kernelbench track, whose published convention accepts a kernel
+specialised to the task's one fixed size, it is an audit mark and the verdict stands.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import Any
 import torch
 from agentforge.evaluator import hidden_shapes, tolerance
 from agentforge.evaluator.compare import compare, reference_meta_outputs
-from agentforge.evaluator.remote import CandidateRaised, RemoteModel, Unsendable, WorkerClient
+from agentforge.evaluator.remote import CandidateRaised, RemoteModel, Unsendable, WorkerBroken, WorkerClient
 from agentforge.evaluator.result import CorrectnessRecord
 
 from agentforge.task import Task, flatten_tensors
@@ -51,7 +54,8 @@ class CorrectnessSettings:
     calibrate: bool = False  # the fp32 bar from eager fp32's error against fp64 (`precision_policy`)
     precision_probe: bool = False  # flag a precision downgrade (fp32 tasks)
     probe_severity: str = "reject"  # audit on the kernelbench track
-    hidden_shapes: bool = False  # derived shapes after the declared ones (hardened track)
+    hidden_shapes: bool = False  # derived shapes after the declared ones
+    hidden_severity: str = "reject"  # a wrong hidden shape: audit on the kernelbench track
 
 
 @dataclass
@@ -69,12 +73,14 @@ class CorrectnessOutcome:
 
 def precision_policy(task: Task, track: str, atol: float | None, rtol: float | None) -> dict[str, Any]:
     """Which precision rules apply: calibration where the job and the task leave the fp32 tolerance
-    to the default, the downgrade probe on every fp32 task, hidden shapes on the hardened track."""
+    to the default, the downgrade probe on every fp32 task, hidden shapes on both tracks (an audit
+    mark on the kernelbench track, a rejection on the hardened one)."""
     fp32 = task.dtype == torch.float32
     declared = getattr(task.module, "TOLERANCE", None) is not None or atol is not None or rtol is not None
     kernelbench = track == "kernelbench"
     return {"calibrate": fp32 and not declared and not kernelbench, "precision_probe": fp32,
-            "probe_severity": "audit" if kernelbench else "reject", "hidden_shapes": not kernelbench}
+            "probe_severity": "audit" if kernelbench else "reject", "hidden_shapes": True,
+            "hidden_severity": "audit" if kernelbench else "reject"}
 
 
 def reference_dtype_for(task_dtype: torch.dtype, track: str, declared: str | None) -> torch.dtype:
@@ -258,16 +264,17 @@ def check_hidden_shapes(task: Task, client: WorkerClient, declared: list[str], d
     """After the declared shapes passed: the hidden ones, one trial each, within the time budget
     (`HIDDEN_MIN_BUDGET_S`, or `HIDDEN_SHARE` of the declared shapes' time). A candidate that raises
     on one fails it; a reference that cannot run it skips it. Nothing is said of them to the worker
-    but their inputs, when they are called."""
+    but their inputs, when they are called. A failure rejects (a failed record and the rule's
+    evidence), or with `hidden_severity` audit marks: no failed record, the verdict stands."""
     if not settings.hidden_shapes:
-        outcome.notes["hidden_shapes"] = {"ran": 0, "skipped": {"all": "the kernelbench track checks the "
-                                                                 "published shape only"}}
+        outcome.notes["hidden_shapes"] = {"ran": 0, "skipped": {"all": "hidden shapes are off for this job"}}
         return
     if not declared or any(not r.passed for r in outcome.records):
         outcome.notes["hidden_shapes"] = {"ran": 0, "skipped": {"all": "a declared shape failed"}}
         return
     plan = hidden_shapes.plan(task, declared[0], settings.base_seed, device)
     results: dict[str, str] = {}
+    why: dict[str, str] = {}
     budget = max(HIDDEN_MIN_BUDGET_S, HIDDEN_SHARE * outcome.declared_s)
     started = _perf_counter()
     try:
@@ -275,43 +282,56 @@ def check_hidden_shapes(task: Task, client: WorkerClient, declared: list[str], d
             if _perf_counter() - started > budget:
                 results[hidden.name] = f"time budget ({budget:.1f} s) spent"
                 continue
-            results[hidden.name] = _check_hidden(task, client, hidden, index, device, settings, outcome)
+            results[hidden.name] = _check_hidden(task, client, hidden, index, device, settings, outcome, why)
     finally:
         for hidden in plan.shapes:
             task.remove_derived_shape(hidden.name)
-        outcome.notes["hidden_shapes"] = hidden_shapes.summary(plan, results) | {
-            "seconds": round(_perf_counter() - started, 3)}
+        outcome.notes["hidden_shapes"] = hidden_shapes.summary(plan, results, why) | {
+            "seconds": round(_perf_counter() - started, 3), "severity": settings.hidden_severity}
     failed = [s for s in plan.shapes if results.get(s.name) == "failed"]
     if failed:
-        outcome.evidence.append(("shape_specialised", "correct on the declared shapes " + ", ".join(declared)
-                                 + "; wrong on hidden " + "; ".join(f"{s.name} ({s.describe()})" for s in failed)))
+        target = outcome.audits if settings.hidden_severity == "audit" else outcome.evidence
+        target.append(("shape_specialised", "correct on the declared shapes " + ", ".join(declared)
+                       + "; wrong on hidden " + "; ".join(f"{s.name} ({s.describe()})" for s in failed)))
 
 
 def _check_hidden(task: Task, client: WorkerClient, hidden: hidden_shapes.HiddenShape, index: int,
-                  device: torch.device, settings: CorrectnessSettings, outcome: CorrectnessOutcome) -> str:
-    """One trial on one hidden shape: 'passed', 'failed', or why it was skipped."""
+                  device: torch.device, settings: CorrectnessSettings, outcome: CorrectnessOutcome,
+                  why: dict[str, str]) -> str:
+    """One trial on one hidden shape: 'passed', 'failed' (what went wrong in `why`), or why it was
+    skipped (the task's own failure at a derived size: its reference or its inputs do not build)."""
     name = hidden.name
     seed = settings.base_seed + 1 + 1000 * (100 + index)
+
+    def failed(check: str | None, message: str, result: Any = None) -> str:
+        why[name] = f"{check}: {message}"
+        if settings.hidden_severity != "audit":  # an audit mark leaves no failed record behind
+            _hidden_failure(outcome, hidden, seed, check, message, result)
+        return "failed"
+
     try:
         reference, candidate = build_remote(task, client, name, settings.base_seed, device)
     except CandidateRaised as exc:
-        _hidden_failure(outcome, hidden, seed, "exception", f"ModelNew(...) raised {exc.record.type}: "
-                        f"{exc.record.message[:300]}")
-        return "failed"
+        return failed("exception", f"ModelNew(...) raised {exc.record.type}: {exc.record.message[:300]}")
+    except WorkerBroken:
+        raise
+    except Exception as exc:
+        return f"the reference or its init inputs do not build ({type(exc).__name__})"
     try:
         judge = _Judge(reference, settings, name, outcome)
-        meta_outputs = reference_meta_outputs(reference, task.make_inputs(seed, name, "meta"))
+        try:
+            meta_outputs = reference_meta_outputs(reference, task.make_inputs(seed, name, "meta"))
+            inputs = task.make_inputs(seed, name, device)
+        except Exception as exc:
+            return f"the inputs do not build ({type(exc).__name__})"
         dtypes = None if meta_outputs is None else tuple(t.dtype for t in flatten_tensors(meta_outputs))
         if meta_outputs is not None:
             candidate.expect(meta_outputs)
-        inputs = task.make_inputs(seed, name, device)
         where = f"shape {name}"
         try:
             out, evidence = candidate.watched_call(where, inputs=inputs)
         except CandidateRaised as exc:
-            _hidden_failure(outcome, hidden, seed, "exception", f"forward raised {exc.record.type}: "
-                            f"{exc.record.message[:300]}")
-            return "failed"
+            return failed("exception", f"forward raised {exc.record.type}: {exc.record.message[:300]}")
         outcome.evidence += evidence
         outcome.evidence += _output_types(out, where)
         try:
@@ -322,8 +342,7 @@ def _check_hidden(task: Task, client: WorkerClient, hidden: hidden_shapes.Hidden
         result = compare(out, expected, task.dtype, **tol)
         judge.probe(out, probed, where)
         if not result.passed:
-            _hidden_failure(outcome, hidden, seed, result.failed_check, result.message, result)
-            return "failed"
+            return failed(result.failed_check, result.message, result)
         outcome.records.append(CorrectnessRecord(shape=name, seed=seed, passed=True, max_abs_err=result.max_abs_err,
                                                  max_rel_err=result.max_rel_err))
         return "passed"

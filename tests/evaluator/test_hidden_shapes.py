@@ -136,9 +136,14 @@ def test_a_shape_past_the_cost_cap_is_dropped_and_said_so() -> None:
 def test_no_hidden_shapes_where_the_task_does_not_say_what_scales() -> None:
     fixed = hidden_shapes.plan(Task("fixed", FIXED), "default", seed=1, device=CPU)
     assert not fixed.shapes and "no size differs" in fixed.reason
+    # No variants, and no module constant the inputs read: nothing is known to scale.
+    literal = Task("literal", FIXED.replace('SHAPES = {"again": {"COLS": 101}, "eps": {"EPS": 1e-6}}\n', ""))
+    plan = hidden_shapes.plan(literal, "default", seed=1, device=CPU)
+    assert not plan.shapes and "declares no shape variants" in plan.reason and "read no" in plan.reason
+    # No variants, sizes as module constants (KernelBench's format): those scale
+    # (tests/evaluator/test_hidden_shapes_kernelbench.py).
     undeclared = Task("undeclared", (ROOT / "tasks" / "slow_reference_sum.py").read_text())
-    plan = hidden_shapes.plan(undeclared, "default", seed=1, device=CPU)
-    assert not plan.shapes and "declares no shape variants" in plan.reason
+    assert set(hidden_shapes.plan(undeclared, "default", seed=1, device=CPU).shapes[0].changed) == {"N", "D"}
 
 
 HONEST_RELU = (ROOT / "honest" / "relu_cpp.py").read_text()

@@ -103,14 +103,15 @@ def test_which_rules_apply() -> None:
                 "    def forward(self, x): return x * 2\n"
                 "def get_inputs(): return [torch.randn(4, 8)]\ndef get_init_inputs(): return []\n")
     assert precision_policy(fp32, "hardened", None, None) == {
-        "calibrate": True, "precision_probe": True, "probe_severity": "reject", "hidden_shapes": True}
+        "calibrate": True, "precision_probe": True, "probe_severity": "reject", "hidden_shapes": True,
+        "hidden_severity": "reject"}
     assert precision_policy(fp32, "hardened", 1e-3, None)["calibrate"] is False  # the job's own tolerance
     assert precision_policy(declared, "hardened", None, None)["calibrate"] is False  # the task's own
     assert precision_policy(declared, "hardened", None, None)["precision_probe"] is True
     assert precision_policy(bf16, "hardened", None, None)["precision_probe"] is False
     kernelbench = precision_policy(fp32, "kernelbench", 1e-2, 1e-2)
     assert kernelbench == {"calibrate": False, "precision_probe": True, "probe_severity": "audit",
-                           "hidden_shapes": False}
+                           "hidden_shapes": True, "hidden_severity": "audit"}
 
 
 FP16_OUTPUT_GEMM = r'''
@@ -156,4 +157,5 @@ def test_kernelbench_track_keeps_its_verdict_and_marks_the_downgrade(tmp_path, m
     assert marks and all(f.severity == "audit" for f in marks), result.flags
     notes = result.provenance.track_settings["correctness"]
     assert notes["precision"]["default"]["candidate_error"] > 64 * notes["precision"]["default"]["eager_fp32_error"]
-    assert notes["hidden_shapes"]["ran"] == 0  # the published protocol checks its one shape
+    # Hidden shapes run there too (a wrong one would be an audit mark); this GEMM is right on them.
+    assert notes["hidden_shapes"]["ran"] >= 1 and not notes["hidden_shapes"]["failed"], notes["hidden_shapes"]
