@@ -6,7 +6,8 @@
 // at the upper guard (overflow mode) or starts right after the lower guard (underflow mode), the mode
 // drawn per allocation from a seeded sequence, so several trials test both directions. In overflow
 // mode the start keeps the natural alignment of the size (its lowest set bit, at most 64 bytes), so a
-// float4 path of a tensor whose size is a multiple of 16 stays aligned. A free unmaps it. Any access
+// float4 path of a tensor whose size is a multiple of 16 stays aligned. A free keeps the mapping for
+// reuse by an allocation of as many pages (up to SPARE_BYTES in all), else unmaps it. Any access
 // past the end (overflow mode) or before the start (underflow mode), up to GUARD_BYTES away, faults;
 // the runtime's signal handler turns a fault inside a kernel launch into a launch failure naming the
 // allocation (`describe`).
@@ -48,9 +49,13 @@ inline Api g_own_api{MAGIC, &describe, -1};
 
 struct Mapping { uintptr_t base; size_t total; uintptr_t start; size_t bytes; };
 
+inline constexpr size_t SPARE_BYTES = 128u << 20, SPARE_ONE = 32u << 20;
+
 struct Registry {
   std::mutex mutex;
   std::map<uintptr_t, Mapping> by_base;
+  std::multimap<size_t, uintptr_t> spare;  // freed mappings by data bytes, kept for reuse (no system call,
+  size_t spare_bytes = 0;                  // no page fault: a fresh mapping costs several times malloc)
   uint64_t seed = 0x5eed5eedull, count = 0;
 };
 
@@ -72,6 +77,12 @@ inline void release(void* ctx) {
     if (it == r.by_base.end()) return;
     m = it->second;
     r.by_base.erase(it);
+    size_t data = m.total - 2 * GUARD_BYTES;
+    if (data <= SPARE_ONE && r.spare_bytes + data <= SPARE_BYTES) {
+      r.spare.emplace(data, m.base);
+      r.spare_bytes += data;
+      return;
+    }
   }
   munmap(reinterpret_cast<void*>(m.base), m.total);
 }
@@ -83,15 +94,27 @@ struct Allocator final : c10::Allocator {
     if (n == 0) return {nullptr, nullptr, &release_plain, c10::Device(c10::DeviceType::CPU)};
     static const size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t data = (n + page - 1) / page * page, total = GUARD_BYTES + data + GUARD_BYTES;
-    void* p = mmap(nullptr, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED || mprotect(static_cast<char*>(p) + GUARD_BYTES, data, PROT_READ | PROT_WRITE) != 0) {
-      if (p != MAP_FAILED) munmap(p, total);
-      void* q = nullptr;  // out of mappings: an unguarded block rather than a failed allocation
-      if (posix_memalign(&q, 64, n) != 0) throw std::bad_alloc();
-      return {q, q, &release_plain, c10::Device(c10::DeviceType::CPU)};
+    Registry& r = registry();
+    void* p = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(r.mutex);
+      auto spare = r.spare.find(data);
+      if (spare != r.spare.end()) {
+        p = reinterpret_cast<void*>(spare->second);
+        r.spare_bytes -= data;
+        r.spare.erase(spare);
+      }
+    }
+    if (p == nullptr) {
+      p = mmap(nullptr, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p == MAP_FAILED || mprotect(static_cast<char*>(p) + GUARD_BYTES, data, PROT_READ | PROT_WRITE) != 0) {
+        if (p != MAP_FAILED) munmap(p, total);
+        void* q = nullptr;  // out of mappings: an unguarded block rather than a failed allocation
+        if (posix_memalign(&q, 64, n) != 0) throw std::bad_alloc();
+        return {q, q, &release_plain, c10::Device(c10::DeviceType::CPU)};
+      }
     }
     uintptr_t base = reinterpret_cast<uintptr_t>(p), lo = base + GUARD_BYTES, start = lo;
-    Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
     int forced = g_own_api.forced;
     if (forced == 1 || (forced < 0 && (mix(r.seed ^ r.count++) & 1))) {  // overflow mode: the data ends at the upper guard
