@@ -340,6 +340,8 @@ def prebuild_headers(corpus: list[dict[str, Any]], cache: Path, reuse: Path | No
     trusted = cache / build_cache.TRUSTED_TREE
     cache.mkdir(parents=True, exist_ok=True)
     if reuse is not None:
+        if not (reuse / build_cache.TRUSTED_TREE).is_dir():
+            raise SystemExit(f"--headers {reuse}: no prebuilt headers there ({build_cache.TRUSTED_TREE} is missing)")
         trusted.symlink_to((reuse / build_cache.TRUSTED_TREE).resolve(), target_is_directory=True)
         return {"reused": str(reuse), "notes": [p.read_text().strip() for p in trusted.glob(".done-*")]}
     sets = {f for answer in corpus for f in header_prebuild.flag_sets(answer["answer"])}
