@@ -56,6 +56,8 @@ def test_allocations_meet_a_guard_at_either_end(features: Any) -> None:
     at_end = [(t.data_ptr() + 4124) % 4096 == 0 for t in kept]
     at_start = [t.data_ptr() % 4096 == 0 for t in kept]
     assert all(e != s for e, s in zip(at_end, at_start, strict=True)) and 0 < sum(at_end) < 64
+    x = torch.randn(3000)  # gelu's CPU kernel takes raw buffers (raw_allocate: data and context one pointer)
+    assert torch.allclose(torch.nn.functional.gelu(x), 0.5 * x * (1 + torch.erf(x / 2**0.5)), atol=1e-6)
 
 
 def test_honest_kernels_pass_with_every_guard_placement(features: Any, guard: Any) -> None:

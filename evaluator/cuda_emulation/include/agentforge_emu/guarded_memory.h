@@ -53,7 +53,7 @@ inline constexpr size_t SPARE_BYTES = 128u << 20, SPARE_ONE = 32u << 20;
 
 struct Registry {
   std::mutex mutex;
-  std::map<uintptr_t, Mapping> by_base;
+  std::map<uintptr_t, Mapping> by_start;  // live allocations by their data's first byte
   std::multimap<size_t, uintptr_t> spare;  // freed mappings by data bytes, kept for reuse (no system call,
   size_t spare_bytes = 0;                  // no page fault: a fresh mapping costs several times malloc)
   uint64_t seed = 0x5eed5eedull, count = 0;
@@ -68,15 +68,16 @@ inline uint64_t mix(uint64_t x) {  // splitmix64
   return x ^ (x >> 31);
 }
 
-inline void release(void* ctx) {
+// Freed by its data pointer (context and data are one, as `raw_allocate` users of torch require).
+inline void release(void* data_ptr) {
   Registry& r = registry();
   Mapping m{};
   {
     std::lock_guard<std::mutex> lock(r.mutex);
-    auto it = r.by_base.find(reinterpret_cast<uintptr_t>(ctx));
-    if (it == r.by_base.end()) return;
+    auto it = r.by_start.find(reinterpret_cast<uintptr_t>(data_ptr));
+    if (it == r.by_start.end()) { std::free(data_ptr); return; }  // an unguarded fallback block (raw_deleter)
     m = it->second;
-    r.by_base.erase(it);
+    r.by_start.erase(it);
     size_t data = m.total - 2 * GUARD_BYTES;
     if (data <= SPARE_ONE && r.spare_bytes + data <= SPARE_BYTES) {
       r.spare.emplace(data, m.base);
@@ -121,10 +122,11 @@ struct Allocator final : c10::Allocator {
       size_t align = std::min<size_t>(64, n & (~n + 1));
       start = (lo + data - n) & ~(uintptr_t)(align - 1);
     }
-    r.by_base[base] = Mapping{base, total, start, n};
-    return {reinterpret_cast<void*>(start), p, &release, c10::Device(c10::DeviceType::CPU)};
+    r.by_start[start] = Mapping{base, total, start, n};
+    return {reinterpret_cast<void*>(start), reinterpret_cast<void*>(start), &release,
+            c10::Device(c10::DeviceType::CPU)};
   }
-  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }  // data and context differ
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
   void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
 };
 
@@ -132,9 +134,11 @@ inline bool describe(uintptr_t addr, bool write, char* out, size_t n) {
   Registry& r = registry();
   if (!r.mutex.try_lock()) return false;  // the fault interrupted the allocator itself
   bool found = false;
-  auto it = r.by_base.upper_bound(addr);
-  if (it != r.by_base.begin()) {
-    const Mapping& m = std::prev(it)->second;
+  auto next = r.by_start.upper_bound(addr);  // the mapping holding addr starts its data after it (underflow)
+  for (int k = 0; k < 2 && !found; ++k) {    // or at or before it (overflow)
+    if (k == 1) { if (next == r.by_start.begin()) break; --next; }
+    if (next == r.by_start.end()) continue;
+    const Mapping& m = next->second;
     if (addr >= m.base && addr < m.base + m.total && (addr < m.start || addr >= m.start + m.bytes)) {
       found = true;
       const char* what = write ? "write" : "read";
