@@ -9,6 +9,7 @@ unchanged. This project's own tasks may add, at module level:
     SHAPES = {"default": {"M": 4096}, "small": {"M": 64}, "odd": {"M": 999}}
     TAGS = ["gemm", "memory-bound"]
     ALLOWED_TORCH_OPS = ["aten::cumsum"]  # PyTorch compute a candidate may still call
+    PROFILING_COVERAGE_FLOOR = 0.5        # CUDA: least share of device time in the candidate's own kernels
     def flops(M, ...): ...                # floating-point operations of one forward call
     def bytes_moved(M, ...): ...          # minimum DRAM bytes of one forward call
 
@@ -327,6 +328,9 @@ class Task:
         for attr in ("get_inputs", "get_init_inputs", "flops", "bytes_moved"):
             if hasattr(self.module, attr) and not callable(getattr(self.module, attr)):
                 raise TaskLoadError(where, f"`{attr}` is not a function")
+        floor = getattr(self.module, "PROFILING_COVERAGE_FLOOR", None)
+        if floor is not None and (isinstance(floor, bool) or not isinstance(floor, int | float) or not 0 <= floor <= 1):
+            raise TaskLoadError(where, f"PROFILING_COVERAGE_FLOOR is {floor!r}, not a share between 0 and 1")
         declared = getattr(self.module, "TOLERANCE", None)
         if not (declared is None or isinstance(declared, int | float)
                 or (isinstance(declared, dict) and {"atol", "rtol"} <= declared.keys())):

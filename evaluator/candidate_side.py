@@ -252,6 +252,12 @@ class Worker:
             reply["output"] = self._outputs(out)
         return reply
 
+    def handle_device_profile(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A few more calls on the timing inputs under the device profiler (CUDA): `device_attribution`."""
+        from agentforge.evaluator import device_attribution
+
+        return device_attribution.serve(self, request)
+
     def _arena_inputs(self, request: dict[str, Any]) -> list[Any]:
         """The timing inputs: the judge's arena copied into this worker's own buffers (on the device),
         outside the timed window."""

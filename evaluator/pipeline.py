@@ -274,7 +274,8 @@ def _with_worker(ctx: Context, task: Task, client: WorkerClient, shapes: list[st
         timed = measure(task, timing_shape, candidate, reference, settings.reference_dtype, ctx.device, timing_cfg,
                         job.measure.baselines, _compile_modes(job, ctx.device),
                         outcome.timing_tolerance.get(timing_shape, (settings.atol, settings.rtol)),
-                        seed=settings.base_seed + 99991, outputs_like=outcome.expected.get(timing_shape))
+                        seed=settings.base_seed + 99991, outputs_like=outcome.expected.get(timing_shape),
+                        candidate_source=job.candidate_source)
     ctx.flags += [integrity.flag(rule, ev) for rule, ev in timed.evidence]
     _collect_flags(ctx, [], CorrectnessOutcome(), task, _final(client))
     roofline = roofline_stage.roofline_for(task, timing_shape, ctx.device, timed.record.candidate.median_us)

@@ -198,6 +198,23 @@ class TimingRecord:
     # is within 20x of it, which measure the harness as much as their work.
     floor: TimingStats | None = None
     overhead_bound: tuple[str, ...] = ()
+    device_attribution: DeviceAttributionRecord | None = None  # CUDA: whose kernels the device ran
+
+
+@dataclass(frozen=True)
+class DeviceAttributionRecord:
+    """Where the device time of a few extra timed calls went (CUDA, `device_attribution`): the
+    candidate's own kernels versus torch's and its libraries'. `coverage` is own_us / total_us (the
+    profiling coverage; None when no device time was recorded); below `floor` is `torch_fallback`."""
+
+    calls: int
+    total_us: float
+    own_us: float
+    coverage: float | None
+    floor: float
+    by_origin: dict[str, float] = field(default_factory=dict)  # own, torch, cublas, cudnn, cutlass, ... -> us
+    kernels: tuple[tuple[str, str, float, int], ...] = ()  # (name, origin, device us, count), largest first
+    problem: str = ""  # why the profile recorded nothing (the profiler failed to start or to report)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from agentforge.evaluator import op_observer, timing
+from agentforge.evaluator import build_cache, device_attribution, op_observer, timing
 from agentforge.evaluator.compare import compare, reference_output_dtypes
 from agentforge.evaluator.guards import ConcurrencyWatch
 from agentforge.evaluator.remote import Clock, RemoteModel, cpu_ns, thread_cpu_us
@@ -201,10 +201,13 @@ def _load_notes(device: torch.device) -> list[str]:
 def measure(task: Task, shape: str, candidate: RemoteModel, reference: torch.nn.Module,
             reference_dtype: torch.dtype, device: torch.device, config: TimingConfig,
             baselines: tuple[str, ...], compile_modes: tuple[str, ...], tolerance: tuple[float, float],
-            seed: int, outputs_like: Any = None, cpu_threads: int | None = None) -> TimingOutcome:
+            seed: int, outputs_like: Any = None, cpu_threads: int | None = None,
+            candidate_source: str = "") -> TimingOutcome:
     """Time the candidate (in its worker) and the baselines (here) interleaved on the same fresh
     inputs, and hold the worker's samples against the judge's clocks. `cpu_threads`: the threads the
-    candidate may use on the CPU; by default the judge's own, which its baselines run with."""
+    candidate may use on the CPU; by default the judge's own, which its baselines run with. On CUDA,
+    a few extra calls under the device profiler say whose kernels the device ran
+    (`device_attribution`; `candidate_source` names the kernels its source defines)."""
     notes: list[str] = []
     pool = [task.make_inputs(seed + 7919 * (k + 1), shape, device) for k in range(POOL_SIZE)]
     buffers = [v.clone() if isinstance(v, torch.Tensor) else v for v in pool[0]]
@@ -281,11 +284,18 @@ def measure(task: Task, shape: str, candidate: RemoteModel, reference: torch.nn.
         oversubscribed = thread_oversubscription(busy, threads, ended)
         if oversubscribed:
             evidence.append(("thread_oversubscription", oversubscribed))
+    shares = None
     if device.type == "cuda":
         gap = timing.unsynchronized_evidence(cand, [s for s in run.subjects.values() if s is not cand])
         if gap:
             evidence.append(("unsynchronized_work", gap))
             cand.samples_us = cand.closed_us  # time it by what the device really did
+        refill(-1)
+        shares = device_attribution.judge(candidate, buffers, task, candidate_source, build_cache.cache_root())
+        notes.append(device_attribution.describe(shares))
+        below = device_attribution.evidence(shares)
+        if below:
+            evidence.append(("torch_fallback", below))
     summaries = {name: timing.summarise(s, config.statistic) for name, s in run.subjects.items()
                  if name != timing.FLOOR}
     floor = timing.summarise(run.subjects[timing.FLOOR], "median")
@@ -296,7 +306,7 @@ def measure(task: Task, shape: str, candidate: RemoteModel, reference: torch.nn.
     record = TimingRecord(
         shape=shape, method=run.method, candidate=summaries.pop("candidate"), baselines=summaries,
         l2_flushed=run.l2_flushed, interleaved=True, rechecked_outputs=run.rechecks, notes=tuple(notes),
-        floor=floor, overhead_bound=bound,
+        floor=floor, overhead_bound=bound, device_attribution=shares,
     )
     return TimingOutcome(record, evidence, after_compile.threads - before_compile.threads,
                          after_compile.children - before_compile.children)
