@@ -45,6 +45,7 @@ RULES: dict[str, str] = {
     "thread_oversubscription": "the candidate computed on more CPU threads than it (and the baselines) was given",
     "observer_tampering": "the candidate touches what observes it: the dispatcher's switches and mode stack, the "
                           "profiler, tracing and audit hooks",
+    "observer_blocked": "the worker blinded the judge's native sampler of it (made its memory map unreadable)",
 }
 
 # Calls that reach PyTorch compute from Python (for the static view of torch_fallback).
@@ -452,3 +453,70 @@ def _dedupe(findings: list[StaticFinding]) -> list[StaticFinding]:
     for f in findings:
         seen.setdefault(f.rule + f.evidence, f)
     return list(seen.values())
+
+
+# The judge's native sampling of the worker (`native_sampler`): what its counts must show to flag.
+NATIVE_MIN_SAMPLES = 5  # fewer samples than this decide nothing
+NATIVE_LIBRARY_SHARE = 0.10  # BLAS/LAPACK/oneDNN/MKL share of the candidate's compute samples
+NATIVE_OWN_FLOOR = 0.5  # the candidate's own code's least share of (own + torch beyond the null)
+_COMPUTE_KINDS = ("own", "torch", "blas", "jit")
+
+
+def native_sampling_findings(report: dict[str, Any], own_floor: float = NATIVE_OWN_FLOOR,
+                             allowed: Iterable[str] = ()) -> tuple[list[StaticFinding], dict[str, Any]]:
+    """Flags and profiling coverage from the judge's samples of the worker's instruction pointers.
+
+    `library_fallback`: BLAS/LAPACK/oneDNN/MKL code (a file of that name: numpy's bundled OpenBLAS,
+    libmkl, libdnnl) ran in the candidate's correctness or timed calls, at least NATIVE_MIN_SAMPLES
+    and NATIVE_LIBRARY_SHARE of their compute samples (the harness itself never calls a BLAS).
+    `torch_fallback`: in the timed calls, torch's libraries and JIT code beyond what the null calls
+    of the judge's clock show per request (the harness's own copies), at least NATIVE_MIN_SAMPLES and
+    three standard deviations, while the candidate's own builds have under `own_floor` of own + that
+    excess. `observer_blocked`: the worker's memory map became unreadable to the judge after its
+    setup. `allowed`: kinds the task permits ("blas", "torch")."""
+    if not report.get("available"):
+        return [], {"available": False, "why": str(report.get("why", ""))[:300]}
+    samples = report.get("samples", {})
+    requests = report.get("requests", {})
+
+    def count(phase: str, *kinds: str) -> int:
+        got = samples.get(phase, {})
+        return sum(int(got.get(k, 0)) for k in kinds)
+
+    found: list[StaticFinding] = []
+    unreadable, denied = int(report.get("unreadable", 0)), int(report.get("map_denied", 0))
+    if unreadable >= 3 or denied:
+        found.append(StaticFinding("observer_blocked", f"the worker's memory map became unreadable to the judge after "
+                                   f"its setup ({denied} reads refused, {unreadable} samples unnamed): it made itself "
+                                   "not dumpable"))
+    compute = count("call", *_COMPUTE_KINDS) + count("timed", *_COMPUTE_KINDS)
+    blas = count("call", "blas") + count("timed", "blas")
+    if "blas" not in allowed and blas >= NATIVE_MIN_SAMPLES and blas >= NATIVE_LIBRARY_SHARE * compute:
+        found.append(StaticFinding("library_fallback", f"{blas} of {compute} compute samples of the candidate's calls "
+                                   "ran in a BLAS/LAPACK/oneDNN/MKL library (the judge's native sampler): "
+                                   + _top_files(report, ("blas", "lapack", "mkl", "dnnl"))))
+    timed, nulls = int(requests.get("timed", 0)), int(requests.get("null", 0))
+    torch_timed = count("timed", "torch", "jit")
+    expected = count("null", "torch", "jit") * timed / nulls if nulls else 0.0
+    excess = torch_timed - expected
+    own = count("timed", "own")
+    # Profiling coverage: the candidate's own share of the timed calls' compute beyond the harness's.
+    denominator = own + max(excess, 0.0) + count("timed", "blas")
+    coverage = own / denominator if denominator > 0 else None
+    if ("torch" not in allowed and nulls and excess >= max(NATIVE_MIN_SAMPLES, 3 * (expected + 1) ** 0.5)
+            and own < own_floor * (own + excess)):
+        found.append(StaticFinding("torch_fallback", f"the judge's native sampler found the timed calls in torch's "
+                                   f"libraries: {torch_timed} samples over {timed} calls against {expected:.1f} "
+                                   f"expected from the null calls, and {own} in the candidate's own builds "
+                                   f"(floor {own_floor:.0%})"))
+    summary = {"available": True, "coverage_timed": None if coverage is None else round(coverage, 3),
+               "own_timed": own, "torch_timed_beyond_null": round(excess, 1), "blas_in_calls": blas,
+               "own_floor": own_floor}
+    return found, summary
+
+
+def _top_files(report: dict[str, Any], parts: tuple[str, ...]) -> str:
+    files = report.get("files", {})
+    names = [f"{p.rsplit('/', 1)[-1]} x{n}" for p, n in files.items()
+             if isinstance(p, str) and any(x in p.rsplit("/", 1)[-1].lower() for x in parts)]
+    return ", ".join(names[:3]) or "no file named"

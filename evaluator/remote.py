@@ -92,6 +92,7 @@ class WorkerClient:
         self.reaped = False
         self.mapped_at_setup: set[str] | None = None
         self.landing_owner: object | None = None  # the RemoteModel whose landing arena the worker holds (one at a time)
+        self.sampler: Any = None  # the judge's native sampler of this worker (`native_sampler`), told of each request
 
     @classmethod
     def spawn(cls, interpret: bool = False) -> WorkerClient:
@@ -119,6 +120,8 @@ class WorkerClient:
             raise WorkerBroken("the worker is gone")
         self._next_id += 1
         ident = self._next_id
+        if self.sampler is not None:
+            self.sampler.on_request(op, fields.get("key"))
         try:
             if wire.pending(self.sock):
                 raise WorkerBroken("the worker sent a message nobody asked for (or closed its channel)")
@@ -132,6 +135,9 @@ class WorkerClient:
         except (wire.WireError, OSError) as exc:
             self._fail()
             raise WorkerBroken(f"the worker broke the protocol during '{op}': {exc}") from exc
+        finally:
+            if self.sampler is not None:
+                self.sampler.on_request(None)
         if reply.get("id") != ident:
             self._fail()
             raise WorkerBroken(f"the worker answered a question it was not asked (id {reply.get('id')!r}, "

@@ -23,7 +23,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from agentforge.evaluator import triton_interpret
+from agentforge.evaluator import native_evidence, triton_interpret
 from agentforge.evaluator.result import ErrorRecord, EvalJob, EvalResult, Stage, Status, to_plain
 from agentforge.sandbox import channel, limits, mounts
 from agentforge.sandbox.request import ChildRequest
@@ -98,9 +98,27 @@ def evaluate(request: ChildRequest, worker: Any = None) -> EvalResult:
             result = entry(job, worker=_set_up(worker, request)) if takes_worker else entry(job)
         if not isinstance(result, EvalResult):
             raise TypeError(f"entry {request.entry} returned {type(result).__name__}, not EvalResult")
+        if takes_worker:
+            result = _native_evidence(result, worker, job)
     except BaseException as exc:  # the verdict must be a value, whatever the job did
         result = _exception_result(job, exc)
     return _memory_verdict(result, request)
+
+
+def _native_evidence(result: EvalResult, worker: Any, job: EvalJob) -> EvalResult:
+    """The verdict with what the judge's native sampler of the worker saw (`native_evidence`); a
+    sampler that failed leaves the verdict as it was, saying why in its provenance where it can."""
+    sampler = getattr(worker, "sampler", None)
+    if sampler is None:
+        return result
+    try:
+        return native_evidence.apply(result, sampler.finish(), job.task_source, job.task_name, job.device)
+    except Exception as exc:
+        report = {"available": False, "why": f"{type(exc).__name__}: {str(exc)[:200]}"}
+        if result.provenance is None:
+            return result
+        settings = {**result.provenance.track_settings, "native_sampling": report}
+        return dataclasses.replace(result, provenance=dataclasses.replace(result.provenance, track_settings=settings))
 
 
 def _one_visible_gpu(request: ChildRequest) -> ChildRequest:
@@ -123,6 +141,11 @@ def _set_up(worker: Any, request: ChildRequest) -> Any:
                  cache_dir=job.cache_dir, cpu_threads=job.cpu_threads, device=job.device,
                  torch_switches=request.torch_switches,
                  cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if getattr(worker, "sampler", None) is not None:
+        from agentforge.evaluator import build_cache
+
+        build_cache.set_cache_root(job.cache_dir)
+        worker.sampler.set_own_roots((str(build_cache.cache_root()),))
     from agentforge.evaluator import op_observer
 
     # The judge's own observer (for its baselines), warmed in a thread now that this process is
@@ -144,7 +167,20 @@ def _start_worker(interpret: bool) -> Any:
         pid, sock = fork_worker()
     except Exception:
         return None
-    return WorkerClient(sock, pid)
+    client = WorkerClient(sock, pid)
+    client.sampler = _open_sampler(pid)
+    return client
+
+
+def _open_sampler(pid: int) -> Any:
+    """The judge's native sampler of the worker, opened now: the worker has one thread and has run
+    nothing; whatever it starts later is sampled too (`native_sampler`)."""
+    try:
+        from agentforge.evaluator.native_sampler import NativeSampler
+
+        return NativeSampler.open(pid)
+    except Exception:
+        return None
 
 
 def _no_dumps() -> None:

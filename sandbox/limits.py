@@ -41,6 +41,12 @@ def not_dumpable() -> None:
     _prctl(_PR_SET_DUMPABLE, 0)
 
 
+def dumpable() -> None:
+    """Dumpable again (a change of uid clears it), so that the judge, of the same uid, may read this
+    process's memory map and sample it."""
+    _prctl(_PR_SET_DUMPABLE, 1)
+
+
 def no_new_privileges() -> None:
     """No setuid binary or file capability can give this process tree more rights."""
     _prctl(_PR_SET_NO_NEW_PRIVS, 1)

@@ -45,6 +45,7 @@ def _harden(setup: dict[str, Any]) -> None:
     os.umask(0o077)
     if setup.get("drop_to_uid") is not None:
         limits.drop_privileges(int(setup["drop_to_uid"]))
+        _dumpable()  # a change of uid clears it: the judge reads this process's map and samples it
     limits.no_new_privileges()
     if setup.get("limits") is not None:
         limits.apply_limits(from_plain(Limits, setup["limits"]))
@@ -122,18 +123,44 @@ def fork_worker() -> tuple[int, socket.socket]:
     """(pid, judge's end of the socket). Call before reading anything secret and before CUDA is
     initialised in this process."""
     judge_end, worker_end = wire.pair()
+    ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
             judge_end.close()
-            _close_other_fds({0, 1, 2, worker_end.fileno()})
+            _close_other_fds({0, 1, 2, worker_end.fileno(), ready_w})
             limits.die_with_parent()
             signal.signal(signal.SIGINT, signal.SIG_DFL)
+            _dumpable()
+            os.close(ready_w)
         except BaseException:
             os._exit(3)
         serve(worker_end)
     worker_end.close()
+    os.close(ready_w)
+    _wait_closed(ready_r, 5.0)
     return pid, judge_end
+
+
+def _dumpable() -> None:
+    """Born not dumpable (the judge it was forked from is not): dumpable now, before it has run
+    anything, so that the judge (same uid) may open its native sampler on it and read its memory
+    map. It holds nothing secret; the judge stays not dumpable."""
+    try:
+        limits.dumpable()
+    except OSError:
+        pass
+
+
+def _wait_closed(fd: int, timeout_s: float) -> None:
+    """Wait until the worker closed its end of the pipe (it is dumpable then), at most `timeout_s`."""
+    import select
+
+    try:
+        if select.select([fd], [], [], timeout_s)[0]:
+            os.read(fd, 1)
+    finally:
+        os.close(fd)
 
 
 def spawn_worker(python: str | None = None, interpret: bool = False) -> tuple[subprocess.Popen[bytes], socket.socket]:
