@@ -17,6 +17,7 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +85,9 @@ class Worker:
     watch: ConcurrencyWatch | None = None
     interpret: bool = False
     emulated: bool = False  # CUDA kernels executed by the CPU emulation (cuda_emulation)
+    drive_only: bool = False  # emulated: the drive decides the build stage only (ends after one call)
+    reached: str = "module"  # emulated: how far the drive got (module, construct, forward)
+    stopped: str = ""  # emulated: what stopped it
     launches: Any = None
     launch_log: Any = None
     flusher: CacheFlusher | None = None
@@ -106,11 +110,12 @@ class Worker:
 
             triton_interpret.enable()
         needs_gpu: list[str] = []
-        if request.get("emulate"):  # CUDA without a GPU: the kernels execute in the CPU emulation
+        if request.get("emulate"):  # CUDA without a GPU: every build judged by nvcc, then emulated
             from agentforge.evaluator.cuda_emulation import environment
 
             environment.activate(str(request["arch"]))
             needs_gpu, self.emulated = environment.NEEDS_GPU, True
+            self.drive_only = bool(request.get("drive_only"))
         self.snapshot = TamperSnapshot.take()
         self.watch = ConcurrencyWatch.start()
         loaded = load_candidate(request["source"], request["backend"], bool(request["compile_only"]),
@@ -132,12 +137,42 @@ class Worker:
 
         return cuda_lookalike.report(self.model_cls, request)
 
+    def handle_build_report(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Emulated CUDA: the compile-only builds the correctness stage's drive made so far."""
+        from agentforge.evaluator import cuda_lookalike
+
+        progress = {"reached": self.reached, "stopped": self.stopped}
+        return cuda_lookalike.build_report(str(request["backend"]), str(request["arch"]), progress)
+
+    @contextlib.contextmanager
+    def _drive_step(self, step: str) -> Iterator[None]:
+        """Emulated: how far the drive got, and what stopped it, for the build report."""
+        try:
+            yield
+        except BaseException as exc:
+            if self.emulated and not self.stopped:
+                where = "ModelNew(...)" if step == "construct" else "forward"
+                self.stopped = f"{where}: {type(exc).__name__}: {exc}"[:500]
+            raise
+        if self.emulated and self.reached != "forward":
+            self.reached = step
+
+    def _end_of_drive(self) -> None:
+        """Emulated, after a call: end the correctness stage once the builds decide the verdict."""
+        from agentforge.evaluator.cuda_emulation import environment
+
+        reason = environment.stop_reason(called=True)
+        if not reason and (self.drive_only or integrity.build_findings(native.BUILD_EVENTS)):
+            reason = "integrity findings reject the candidate: the drive decides the build stage only"
+        if reason:
+            raise WorkerFailure(f"the drive ended: {reason}")
+
     # ----- models -----------------------------------------------------------------------------
     def handle_construct(self, request: dict[str, Any]) -> dict[str, Any]:
         """ModelNew(*init) with the reference's weights where names and shapes match."""
         if self.model_cls is None:
             raise WorkerFailure("no ModelNew was loaded")
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), self._drive_step("construct"):
             torch.manual_seed(0)  # the weights that matter come from the reference, below
             model = self.model_cls(*request["init"])
         if isinstance(model, torch.nn.Module):
@@ -192,8 +227,10 @@ class Worker:
         device_state.poison_free_memory(self.device)
         watch = ConcurrencyWatch.start()
         switches = precision_switches()
-        with torch.no_grad(), record_function(op_observer.WINDOW), self.recorder:
+        with self._drive_step("forward"), torch.no_grad(), record_function(op_observer.WINDOW), self.recorder:
             out = model(*inputs)
+        if self.emulated:
+            self._end_of_drive()
         at_return = _copy_at_return(out)
         evidence += [["background_work", item] for item in watch.still_running(f"when forward returned ({where})")]
         now = precision_switches()
@@ -356,11 +393,10 @@ class Worker:
                                  "background_ops": dict(observed.between_calls),
                                  "opened": sorted(_native_calls.opened)[:200],
                                  "symbols": sorted(_native_calls.symbols)[:2000]}
-        if self.emulated:  # builds the emulation could not make, whenever the candidate attempted them
+        if self.emulated:  # builds nvcc made and the emulation cannot run, whenever they were attempted
             from agentforge.evaluator.cuda_emulation import environment
 
-            failed = [f"{e.name}: {e.error or 'build failed'}" for e in native.BUILD_EVENTS if not e.ok]
-            reply["emulation_failures"] = [*environment.NEEDS_GPU, *failed][:5]
+            reply["emulation_failures"] = [*environment.NEEDS_GPU, *environment.EMULATION_FAILURES][:5]
         if self.launches is not None:
             with contextlib.suppress(Exception):
                 self.launches.__exit__(None, None, None)

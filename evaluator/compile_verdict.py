@@ -1,10 +1,13 @@
 """The judge's half of a compile-only CUDA verdict: drive the candidate, read what it built.
 
-After the candidate module loaded in the worker, the judge asks it to construct `ModelNew` and
-call `forward` under the CUDA lookalike (`cuda_lookalike`, worker side), with the task's init
-inputs and the shapes and dtypes of its inputs for one shape variant (empty tensors are made
-there, on a device that holds no memory). The reply is read strictly, as every reply of the
-worker is, and becomes the build stage's verdict:
+Two drives reach the builds. A compile-only job (`judge`): after the candidate module loaded in
+the worker, the judge asks it to construct `ModelNew` and call `forward` under the CUDA lookalike
+(`cuda_lookalike`, worker side), with the task's init inputs and the shapes and dtypes of its
+inputs for one shape variant (empty tensors are made there, on a device that holds no memory).
+An emulated job (`judge_emulated`): the correctness stage itself drove the candidate in the CPU
+emulation's worker, whose every build was also the compile-only build (`cuda_emulation.
+environment`); the judge then asks for the builds' report. Either reply is read strictly, as
+every reply of the worker is, and becomes the build stage's verdict:
 
 * any build that failed: `compile_error`, with the first compiler error (and the API drift
   notes) in the message, whether or not the candidate caught the exception;
@@ -53,9 +56,19 @@ def input_specs(task: Task, shape: str) -> list[Any]:
 
 
 def judge(client: WorkerClient, task: Task, shape: str, backend: str, arch: str) -> CompileVerdict:
-    """Drive the loaded candidate in the worker and decide the build stage from its builds."""
+    """Drive the loaded candidate in the worker (fake tensors) and decide the build stage from its builds."""
     reply = client.request("drive", init=list(task.init_inputs(shape)), inputs=input_specs(task, shape),
                            arch=arch, backend=backend)
+    return read(reply, backend, "under the CUDA lookalike")
+
+
+def judge_emulated(client: WorkerClient, backend: str, arch: str) -> CompileVerdict:
+    """The build stage of an emulated run, from the builds its drive (the correctness stage) made."""
+    return read(client.request("build_report", backend=backend, arch=arch), backend, "in the CPU emulation")
+
+
+def read(reply: dict[str, Any], backend: str, how: str) -> CompileVerdict:
+    """The worker's build report, read as data, as the build stage's verdict."""
     try:
         record = from_plain(CompileRecord, reply["compile"])
         error = from_plain(ErrorRecord, reply["error"]) if reply.get("error") is not None else None
@@ -67,7 +80,7 @@ def judge(client: WorkerClient, task: Task, shape: str, backend: str, arch: str)
         raise WorkerBroken(f"the compile-only report is malformed: {exc}") from exc
     if type(failed) is not bool or type(built) is not bool or record.backend != backend:
         raise WorkerBroken("the compile-only report is malformed")
-    progress = (f"compile-only: {builds} build(s); ModelNew driven under the CUDA lookalike up to {reached}"
+    progress = (f"compile-only: {builds} build(s); ModelNew driven {how} up to {reached}"
                 + (f" ({len(launches)} launch(es) skipped: {', '.join(sorted(set(launches))[:5])})" if launches else "")
                 + (f"; stopped by {stopped}" if stopped else ""))
     record = replace(record, log_tail=f"{record.log_tail}\n{progress}".strip()[-6000:])

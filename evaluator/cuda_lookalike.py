@@ -24,6 +24,11 @@ candidate. What counts is every build it attempted: one that failed is the verdi
 candidate did with the exception (`build_failure`), and a CUDA candidate that built no CUDA code
 is told so (`built_cuda`).
 
+That fake-tensor drive serves compile-only jobs. A job that runs in the CPU emulation drives the
+candidate once, for real, in its correctness stage; each of its builds goes through the same
+build stand-ins (`make_load_inline`, `make_load`, `make_load_cuda`) before the emulation's own
+build (`cuda_emulation.environment`), and `build_report` reads the builds as `report` does.
+
 Runs only in the candidate worker: everything here executes candidate code.
 """
 
@@ -476,15 +481,23 @@ def build_failure(events: list[BuildEvent]) -> ErrorRecord | None:
 def report(model_cls: type | None, request: dict[str, Any]) -> dict[str, Any]:
     """The worker's answer to the judge's `drive` request: the drive, then every build of the
     candidate's (module body included) as one compile record."""
+    arch = str(request["arch"])
+    progress = drive(model_cls, list(request.get("init") or []), list(request.get("inputs") or []), arch)
+    return build_report(str(request["backend"]), arch, progress, LAUNCHES[:50])
+
+
+def build_report(backend: str, arch: str, progress: dict[str, str], launches: list[str] | None = None,
+                 ) -> dict[str, Any]:
+    """Every build the candidate attempted so far (`BUILD_EVENTS`: the compile-only builds) as one
+    compile record, with how far the drive got (`progress`: reached, stopped) and the launches it
+    skipped (none where the kernels ran)."""
     from agentforge.evaluator import integrity
     from agentforge.evaluator.loading import _compile_record
 
-    arch = str(request["arch"])
-    progress = drive(model_cls, list(request.get("init") or []), list(request.get("inputs") or []), arch)
     events = list(BUILD_EVENTS)
     failure = build_failure(events)
-    record = _compile_record(str(request["backend"]), ok=failure is None, compile_only=True, arch=arch)
+    record = _compile_record(backend, ok=failure is None, compile_only=True, arch=arch)
     return {"compile": to_plain(record), "error": to_plain(failure) if failure else None,
             "compile_failed": failure is not None, "cuda_built": built_cuda(events), "builds": len(events),
-            "launches": LAUNCHES[:50], **progress,
+            "launches": list(launches or []), "reached": progress["reached"], "stopped": progress["stopped"],
             "build_findings": [[f.rule, f.evidence] for f in integrity.build_findings(events)]}

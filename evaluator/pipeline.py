@@ -147,10 +147,13 @@ def _run(ctx: Context, worker: WorkerClient | None) -> EvalResult:
     except KeyError as exc:
         return _finish(ctx, Status.TASK_ERROR, error=ErrorRecord(type="UnknownShape", message=str(exc.args[0])))
     # Triton without a GPU runs in Triton's interpreter (correctness, then an ahead-of-time compile
-    # for the target); CUDA without a GPU gets the nvcc verdict alone.
+    # for the target); CUDA without a GPU runs in the CPU emulation, each build judged by nvcc on the
+    # way (one worker, one drive), or gets the nvcc verdict alone (compile-only, a bare job, shapes
+    # too large to emulate).
     interpret = interpreted(job, ctx.device)
-    compile_only = job.compile_only or (job.backend in ("cuda", "triton") and ctx.device.type != "cuda"
-                                        and not interpret)
+    emulate, shapes = _emulation(ctx, task, shapes)
+    compile_only = not emulate and (job.compile_only or (job.backend in ("cuda", "triton")
+                                                         and ctx.device.type != "cuda" and not interpret))
     timing_cfg, correctness_cfg = track_settings(job)
     settings = _correctness_settings(task, job, correctness_cfg)
     ctx.seeds = {"base_seed": settings.base_seed}
@@ -168,6 +171,8 @@ def _run(ctx: Context, worker: WorkerClient | None) -> EvalResult:
         if owned:
             client.setup(workdir=os.getcwd(), cache_dir=str(build_cache.cache_root()), cpu_threads=job.cpu_threads,
                          device=str(ctx.device), torch_switches=True)
+        if emulate:
+            return _emulated(ctx, task, client, shapes, static, settings)
         return _with_worker(ctx, task, client, shapes, static, settings, timing_cfg, interpret, compile_only)
     except WorkerBroken as exc:
         if exc.signal is not None:  # the candidate's code crashed its process: a crash, with the signal
@@ -178,24 +183,108 @@ def _run(ctx: Context, worker: WorkerClient | None) -> EvalResult:
         client.close()
 
 
+def _emulation(ctx: Context, task: Task, shapes: list[str]) -> tuple[bool, list[str]]:
+    """Whether this CUDA job runs in the CPU emulation, and its shapes there (those small enough;
+    the others named in the execution note)."""
+    if not cuda_emulated.applies(ctx.job) or ctx.device.type == "cuda":
+        return False, shapes
+    runnable, too_large = cuda_emulated.runnable_shapes(task, shapes)
+    if not runnable:
+        ctx.execution_note = f"not executed: every shape is too large for the CPU emulation ({too_large})"
+        return False, shapes
+    if too_large:
+        ctx.execution_note = f"shapes not executed (too large for the CPU emulation): {too_large}"
+    return True, runnable
+
+
+def _load(ctx: Context, client: WorkerClient, compile_only: bool, interpret: bool, emulate: bool,
+          drive_only: bool = False) -> dict[str, Any]:
+    job = ctx.job
+    return client.request("load", source=job.candidate_source, backend=job.backend, compile_only=compile_only,
+                          arch=job.cuda_arch, device=str(ctx.device), interpret=interpret, emulate=emulate,
+                          drive_only=drive_only, module_name=f"agentforge_candidate_{code_hash(job.candidate_source)}")
+
+
+def _emulated(ctx: Context, task: Task, client: WorkerClient, shapes: list[str],
+              static: list[integrity.StaticFinding], settings: CorrectnessSettings) -> EvalResult:
+    """A CUDA candidate on a machine without a GPU, in one worker and one drive: the correctness
+    stage runs it in the CPU emulation, and every build it attempts on the way is first the
+    compile-only build (nvcc and g++ with torch's flags). The build stage is decided from those
+    builds afterwards; a failed one, a construct that needs a GPU, or no CUDA built ends the
+    drive at the first call that met it. Static findings that reject already: the drive decides
+    the build stage only (one call), as the compile-only verdict would; so do builds whose flags or
+    sources are flagged (the worker stops at the first call after them)."""
+    job = ctx.job
+    loaded = _load(ctx, client, False, False, True, drive_only=bool(static))
+    _, error = _load_reply(loaded, job.backend)
+    static += [integrity.StaticFinding(rule, evidence) for rule, evidence in
+               evidence_items(loaded.get("build_findings", []))]
+    outcome = CorrectnessOutcome()
+    raised: ErrorRecord | None = None
+    if error is None and loaded.get("has_model") is True:
+        ctx.stage, ctx.correctness_notes = Stage.CORRECTNESS, outcome.notes
+        try:
+            with torch.no_grad():
+                for index, shape in enumerate(shapes):
+                    check_shape(task, client, shape, index, ctx.device, settings, outcome)
+                check_hidden_shapes(task, client, shapes, ctx.device, settings, outcome)
+        except CandidateRaised as exc:
+            raised = exc.record
+    verdict = compile_verdict.judge_emulated(client, job.backend, job.cuda_arch)
+    ctx.compile = verdict.compile
+    static += [integrity.StaticFinding(rule, evidence) for rule, evidence in verdict.build_findings]
+    final = _final(client)
+    not_run = cuda_emulated.failed_builds(final)
+    if error is not None or verdict.status != Status.OK or not_run:
+        return _build_decided(ctx, task, static, final, verdict, error, not_run)
+    ctx.executed_on = cuda_emulated.EXECUTED_ON
+    ctx.execution_note = "; ".join(x for x in (cuda_emulated.NOTE, ctx.execution_note) if x)
+    if static:  # rejecting findings (every static one rejects): the verdict, as the drive left it
+        _collect_flags(ctx, static, CorrectnessOutcome(), task, _drive_evidence(final))
+        ctx.stage, ctx.executed_on, ctx.execution_note, ctx.correctness_notes = Stage.BUILD, "", "", {}
+        return _finish(ctx, Status.OK)
+    _collect_flags(ctx, static, outcome, task, final)
+    if raised is not None:
+        return _finish(ctx, Status.RUNTIME_ERROR, correctness=outcome.records, error=raised)
+    rejected = _checked(ctx, outcome)
+    if rejected is not None:
+        return rejected
+    ctx.stage = Stage.DONE  # correct in the emulation: no timing exists without a GPU
+    return _finish(ctx, Status.OK, correctness=outcome.records)
+
+
+def _build_decided(ctx: Context, task: Task, static: list[integrity.StaticFinding], final: dict[str, Any],
+                   verdict: compile_verdict.CompileVerdict, error: ErrorRecord | None, not_run: str) -> EvalResult:
+    """The emulated run ended at the build stage: the compile verdict, in today's order (a failed
+    build, then a module that did not load, then no CUDA built), or the verdict standing with a
+    note when the emulation cannot execute what nvcc built. The operators its calls dispatched do
+    not count: the drive was not a correctness run."""
+    ctx.stage, ctx.executed_on, ctx.execution_note, ctx.correctness_notes = Stage.BUILD, "", "", {}
+    _collect_flags(ctx, static, CorrectnessOutcome(), task, _drive_evidence(final))
+    if verdict.status == Status.COMPILE_ERROR:
+        return _finish(ctx, verdict.status, error=verdict.error)
+    if error is not None:
+        ctx.stage = Stage.LOAD
+        return _finish(ctx, Status.RUNTIME_ERROR, error=error)
+    if verdict.status != Status.OK:
+        return _finish(ctx, verdict.status, error=verdict.error)
+    return _not_emulated(ctx, not_run)
+
+
+def _drive_evidence(final: dict[str, Any]) -> dict[str, Any]:
+    """What the worker's watches saw, less the operators its calls dispatched: a drive that ended
+    at the build stage (stand-ins for what cannot run, a fallback after a failed build) was no
+    correctness run, and a compile-only verdict counts no operators."""
+    return {k: v for k, v in final.items() if k not in ("op_counts", "observed_ops", "background_ops")}
+
+
 def _with_worker(ctx: Context, task: Task, client: WorkerClient, shapes: list[str],
                  static: list[integrity.StaticFinding], settings: CorrectnessSettings, timing_cfg: TimingConfig,
-                 interpret: bool, compile_only: bool, emulated: bool = False) -> EvalResult:
+                 interpret: bool, compile_only: bool) -> EvalResult:
     job = ctx.job
-    loaded = client.request("load", source=job.candidate_source, backend=job.backend, compile_only=compile_only,
-                            arch=job.cuda_arch, device=str(ctx.device), interpret=interpret, emulate=emulated,
-                            module_name=f"agentforge_candidate_{code_hash(job.candidate_source)}")
-    if emulated:  # the nvcc verdict stays the build record; the emulation's own build only runs it
-        nvcc_record = ctx.compile
-        ctx.compile, error = _load_reply(loaded, job.backend)
-        unrunnable = cuda_emulated.unrunnable(loaded, error)
-        ctx.compile = nvcc_record
-        if unrunnable:
-            return _not_emulated(ctx, unrunnable)
-        ctx.executed_on = "cpu-emulation"
-        ctx.execution_note = "; ".join(x for x in (cuda_emulated.NOTE, ctx.execution_note) if x)
-    else:
-        ctx.compile, error = _load_reply(loaded, job.backend)
+    too_large, ctx.execution_note = ctx.execution_note, ""  # said only beside a verdict that stands
+    loaded = _load(ctx, client, compile_only, interpret, False)
+    ctx.compile, error = _load_reply(loaded, job.backend)
     if loaded.get("compile_failed") is True:
         return _finish(ctx, Status.COMPILE_ERROR, error=error)
     # What was actually built (flags and sources as the compiler got them, assembled at run time
@@ -215,10 +304,8 @@ def _with_worker(ctx: Context, task: Task, client: WorkerClient, shapes: list[st
         if error is not None:
             ctx.stage = Stage.LOAD
             return _finish(ctx, Status.RUNTIME_ERROR, error=error)
-        # No GPU: the kernels run in the CPU emulation, beside the verdict.
-        if cuda_emulated.applies(job) and not _rejecting(ctx):
-            return _emulated_run(ctx, task, shapes, settings, timing_cfg)
         # The build verdict is all there is; `accepted` stays false without correctness.
+        ctx.execution_note = too_large
         return _finish(ctx, Status.OK)
     ctx.stage = Stage.LOAD
     if error is not None or loaded.get("has_model") is not True:
@@ -235,29 +322,13 @@ def _with_worker(ctx: Context, task: Task, client: WorkerClient, shapes: list[st
                 check_shape(task, client, shape, index, ctx.device, settings, outcome)
             check_hidden_shapes(task, client, shapes, ctx.device, settings, outcome)
     except CandidateRaised as exc:
-        final = _final(client)
-        if emulated and cuda_emulated.failed_builds(final):
-            return _not_emulated(ctx, cuda_emulated.failed_builds(final))
-        _collect_flags(ctx, static, outcome, task, final)
+        _collect_flags(ctx, static, outcome, task, _final(client))
         return _finish(ctx, Status.RUNTIME_ERROR, correctness=outcome.records, error=exc.record)
     final = _final(client)
-    if emulated and cuda_emulated.failed_builds(final):
-        return _not_emulated(ctx, cuda_emulated.failed_builds(final))
     _collect_flags(ctx, static, outcome, task, final)
-    ctx.flags += [integrity.flag(rule, evidence, "audit") for rule, evidence in outcome.audits]
-    failed = [r for r in outcome.records if not r.passed]
-    if failed:
-        passed_shapes = {r.shape for r in outcome.records} - {r.shape for r in failed}
-        if DEFAULT_SHAPE in passed_shapes:
-            ctx.flags.append(integrity.flag("shape_specialised", "correct on 'default', wrong on "
-                                            + ", ".join(sorted({r.shape for r in failed}))))
-        return _finish(ctx, Status.MISMATCH, correctness=outcome.records)
-    ctx.stage = Stage.INTEGRITY
-    if _rejecting(ctx):
-        return _finish(ctx, Status.INTEGRITY_FLAG, correctness=outcome.records)
-    if emulated:  # correct in the emulation: no timing exists without a GPU
-        ctx.stage = Stage.DONE
-        return _finish(ctx, Status.OK, correctness=outcome.records)
+    rejected = _checked(ctx, outcome)
+    if rejected is not None:
+        return rejected
     if interpret:
         specs, problems = final.get("launch_specs", []), final.get("launch_problems", [])
         notes = _dry_launches(task, client, shapes, ctx.device, specs)
@@ -290,33 +361,28 @@ def _with_worker(ctx: Context, task: Task, client: WorkerClient, shapes: list[st
                    profile=profile)
 
 
+def _checked(ctx: Context, outcome: CorrectnessOutcome) -> EvalResult | None:
+    """The correctness stage's verdict when it fails the candidate (a mismatch, a rejecting
+    integrity flag); None when the candidate goes on."""
+    ctx.flags += [integrity.flag(rule, evidence, "audit") for rule, evidence in outcome.audits]
+    failed = [r for r in outcome.records if not r.passed]
+    if failed:
+        passed_shapes = {r.shape for r in outcome.records} - {r.shape for r in failed}
+        if DEFAULT_SHAPE in passed_shapes:
+            ctx.flags.append(integrity.flag("shape_specialised", "correct on 'default', wrong on "
+                                            + ", ".join(sorted({r.shape for r in failed}))))
+        return _finish(ctx, Status.MISMATCH, correctness=outcome.records)
+    ctx.stage = Stage.INTEGRITY
+    if _rejecting(ctx):
+        return _finish(ctx, Status.INTEGRITY_FLAG, correctness=outcome.records)
+    return None
+
+
 def _not_emulated(ctx: Context, why: str) -> EvalResult:
     """The emulation could not run what nvcc built (a construct that needs a GPU, a build only the
     emulation failed): the compile-only verdict stands alone, saying why."""
     ctx.stage, ctx.executed_on, ctx.execution_note = Stage.BUILD, "", why
     return _finish(ctx, Status.OK)
-
-
-def _emulated_run(ctx: Context, task: Task, shapes: list[str], settings: CorrectnessSettings,
-                  timing_cfg: TimingConfig) -> EvalResult:
-    """The correctness stage of a CUDA candidate on a machine without a GPU, its kernels executed
-    by the CPU emulation (`cuda_emulation`) in a worker of its own; the compile-only verdict and
-    the static findings were taken already."""
-    shapes, too_large = cuda_emulated.runnable_shapes(task, shapes)
-    if not shapes:
-        return _not_emulated(ctx, f"not executed: every shape is too large for the CPU emulation ({too_large})")
-    problem = task_check.check(task, shapes, settings.base_seed, ctx.device)
-    if problem is not None:
-        return _finish(ctx, Status.TASK_ERROR, error=problem)
-    if too_large:
-        ctx.execution_note = f"shapes not executed (too large for the CPU emulation): {too_large}"
-    client = WorkerClient.spawn()
-    try:
-        client.setup(workdir=os.getcwd(), cache_dir=str(build_cache.cache_root()), cpu_threads=ctx.job.cpu_threads,
-                     device=str(ctx.device), torch_switches=True)
-        return _with_worker(ctx, task, client, shapes, [], settings, timing_cfg, False, False, emulated=True)
-    finally:
-        client.close()
 
 
 def interpreted(job: EvalJob, device: torch.device) -> bool:

@@ -1,10 +1,10 @@
-"""The judge's side of an emulated CUDA run: when it applies, and how to read its load reply."""
+"""The judge's side of an emulated CUDA run: when it applies, its shapes, and the builds it cannot run."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from agentforge.evaluator.result import ErrorRecord, EvalJob
+from agentforge.evaluator.result import EvalJob
 
 # Inputs and parameters of one call, in elements, past which a shape is left out of an emulated
 # run (named in the result's execution_note): a CUDA thread costs the emulation a few hundred
@@ -32,20 +32,6 @@ def runnable_shapes(task: Any, shapes: list[str]) -> tuple[list[str], str]:
         else:
             kept.append(shape)
     return kept, ", ".join(left)
-
-
-def unrunnable(loaded: dict[str, Any], error: ErrorRecord | None) -> str:
-    """Why the emulation cannot run this candidate ("" when it can): a construct that needs a GPU,
-    or a build the emulation could not make although nvcc built it (the compile verdict stands)."""
-    needs = [str(x)[:300] for x in loaded.get("needs_gpu", [])[:3]] if isinstance(loaded.get("needs_gpu"), list) else []
-    if needs:
-        return "not executed: " + "; ".join(needs)
-    if loaded.get("compile_failed") is True or error is not None:
-        what = f"{error.type}: {error.message}" if error is not None else "the build failed"
-        return f"not executed: the CPU emulation could not build or load the candidate ({what[:600]})"
-    if loaded.get("has_model") is not True:
-        return "not executed: no ModelNew"
-    return ""
 
 
 def failed_builds(final: dict[str, Any]) -> str:

@@ -1,5 +1,6 @@
-"""Through the judge and the worker: a CUDA job on this GPU-less machine gets the nvcc verdict and
-the correctness stage executed by the emulation; a construct that needs a GPU keeps the verdict."""
+"""Through the judge and the worker: a CUDA job on this GPU-less machine runs in one worker and one
+drive, the correctness stage executed by the emulation, every build on the way judged by nvcc with
+torch's flags first; a construct that needs a GPU keeps the verdict, a failed build is the verdict."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 from agentforge.evaluator.compile_only import find_nvcc
 from agentforge.evaluator.pipeline import run_pipeline
+from agentforge.evaluator.remote import WorkerClient
 from agentforge.evaluator.result import EvalJob, Stage, Status
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,3 +67,90 @@ def test_inline_ptx_keeps_the_verdict_and_says_execution_needs_a_gpu() -> None:
     assert result.status == Status.OK and result.stage == Stage.BUILD and result.compiled, result.summary()
     assert result.executed_on == "" and "inline PTX (asm) at line" in result.execution_note
     assert "needs a GPU" in result.execution_note and not result.correctness
+
+
+# The extension is built on the first forward, behind `x.is_cuda`, once per process (a module
+# global), and every step of the candidate is logged to a file: the log shows how many times the
+# module ran, the build was attempted and forward was called, whichever worker did it.
+LAZY = """import torch
+from torch import nn
+from torch.utils.cpp_extension import load_inline
+
+LOG = {log!r}
+_ext = None
+{head}
+
+def note(what):
+    with open(LOG, "a") as f:
+        f.write(what + "\\n")
+
+note("module")
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        global _ext
+        note("forward")
+        if x.is_cuda and _ext is None:
+            note("build")
+{build}
+        return _ext.relu(x.cuda()) if _ext is not None else torch.relu(x)
+"""
+GOOD_BUILD = (f"            _ext = load_inline('relu_emulated', cpp_sources={json.dumps(CPP)},"
+              f" cuda_sources={json.dumps(CUDA % '0.f')}, functions=['relu'])")
+# nvcc rejects it (an undeclared name; no torch header, so it fails in seconds); the candidate
+# catches the failure and falls back to torch.relu, which would pass every check.
+BROKEN_BUILD = """            try:
+                load_inline("relu_broken", cpp_sources="", no_implicit_headers=True,
+                            cuda_sources="__global__ void k(float* y) { y[0] = undeclared_name; }")
+            except RuntimeError:
+                note("fallback")"""
+
+
+def spawned(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The worker processes the judge starts, counted."""
+    started: list[int] = []
+    spawn = WorkerClient.spawn.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: type[WorkerClient], interpret: bool = False) -> WorkerClient:
+        client = spawn(cls, interpret)
+        started.append(client.pid)
+        return client
+
+    monkeypatch.setattr(WorkerClient, "spawn", classmethod(counting))
+    return started
+
+
+def test_one_worker_one_drive_builds_in_forward_once_for_nvcc_and_the_emulation(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = tmp_path / "steps.log"
+    started = spawned(monkeypatch)
+    result = run_pipeline(job(LAZY.format(log=str(log), head="", build=GOOD_BUILD)))
+    assert result.status == Status.OK and result.executed_on == "cpu-emulation", result.summary()
+    assert result.correctness and all(r.passed for r in result.correctness)
+    # nvcc's verdict on the build made in forward (torch's flags, the resource report) ...
+    assert result.compile.path == "compile-only-nvcc" and result.compile.resources
+    assert "compile-only: 1 build(s); ModelNew driven in the CPU emulation up to forward" in result.compile.log_tail
+    # ... and the emulation's kernels checked by the same drive: one worker, the module run once,
+    # the build attempted once, forward called by the correctness stage only.
+    steps = log.read_text().splitlines()
+    assert len(started) == 1 and steps.count("module") == 1 and steps.count("build") == 1, steps
+    assert steps.count("forward") >= len(result.correctness)
+
+
+def test_a_caught_nvcc_failure_after_a_gpu_only_build_is_the_verdict_and_nothing_runs_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The module body builds a kernel with inline PTX (the emulation cannot run it: the drive goes
+    on with a stand-in); forward's build behind `x.is_cuda` is still reached, fails in nvcc, and is
+    caught by the candidate, which falls back to torch: compile_error, the drive ended at its call."""
+    log = tmp_path / "steps.log"
+    ptx = CUDA.replace("long i = ", 'unsigned l; asm volatile("mov.u32 %%0, %%%%laneid;" : "=r"(l));\n    long i = ')
+    head = (f"_ptx = load_inline('relu_emulated', cpp_sources={json.dumps(CPP)},"
+            f" cuda_sources={json.dumps(ptx % '0.f')}, functions=['relu'])")
+    started = spawned(monkeypatch)
+    result = run_pipeline(job(LAZY.format(log=str(log), head=head, build=BROKEN_BUILD)))
+    assert result.status == Status.COMPILE_ERROR and result.stage == Stage.BUILD, result.summary()
+    assert 'identifier "undeclared_name" is undefined' in result.error.message
+    assert "nvcc failed to compile relu_broken" in result.error.message and "(build 2 of 2)" in result.error.message
+    assert not result.correctness and result.executed_on == ""
+    steps = log.read_text().splitlines()
+    assert len(started) == 1 and steps == ["module", "forward", "build", "fallback"], steps
