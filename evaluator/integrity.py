@@ -459,6 +459,7 @@ def _dedupe(findings: list[StaticFinding]) -> list[StaticFinding]:
 NATIVE_MIN_SAMPLES = 5  # fewer samples than this decide nothing
 NATIVE_LIBRARY_SHARE = 0.10  # BLAS/LAPACK/oneDNN/MKL share of the candidate's compute samples
 NATIVE_OWN_FLOOR = 0.5  # the candidate's own code's least share of (own + torch beyond the null)
+NATIVE_Z = 3.0  # standard deviations of torch samples beyond the null calls' that decide
 _COMPUTE_KINDS = ("own", "torch", "blas", "jit")
 
 
@@ -470,8 +471,8 @@ def native_sampling_findings(report: dict[str, Any], own_floor: float = NATIVE_O
     libmkl, libdnnl) ran in the candidate's correctness or timed calls, at least NATIVE_MIN_SAMPLES
     and NATIVE_LIBRARY_SHARE of their compute samples (the harness itself never calls a BLAS).
     `torch_fallback`: in the timed calls, torch's libraries and JIT code beyond what the null calls
-    of the judge's clock show per request (the harness's own copies), at least NATIVE_MIN_SAMPLES and
-    three standard deviations, while the candidate's own builds have under `own_floor` of own + that
+    of the judge's clock show per request (the harness's own copies), at least twice NATIVE_MIN_SAMPLES
+    and NATIVE_Z standard deviations, while the candidate's own builds have under `own_floor` of own + that
     excess. `observer_blocked`: the worker's memory map became unreadable to the judge after its
     setup. `allowed`: kinds the task permits ("blas", "torch")."""
     if not report.get("available"):
@@ -503,12 +504,16 @@ def native_sampling_findings(report: dict[str, Any], own_floor: float = NATIVE_O
     # Profiling coverage: the candidate's own share of the timed calls' compute beyond the harness's.
     denominator = own + max(excess, 0.0) + count("timed", "blas")
     coverage = own / denominator if denominator > 0 else None
-    if ("torch" not in allowed and nulls and excess >= max(NATIVE_MIN_SAMPLES, 3 * (expected + 1) ** 0.5)
+    # Under no fallback both counts are Poisson at the harness's one rate per request (pooled here): the
+    # excess then has variance rate x timed x (1 + timed / nulls); flagged beyond NATIVE_Z of it.
+    rate = (torch_timed + count("null", "torch", "jit")) / (timed + nulls) if timed + nulls else 0.0
+    spread = (rate * timed * (1 + timed / nulls)) ** 0.5 if nulls else 0.0
+    if ("torch" not in allowed and nulls and excess >= max(2 * NATIVE_MIN_SAMPLES, NATIVE_Z * spread)
             and own < own_floor * (own + excess)):
         found.append(StaticFinding("torch_fallback", f"the judge's native sampler found the timed calls in torch's "
                                    f"libraries: {torch_timed} samples over {timed} calls against {expected:.1f} "
-                                   f"expected from the null calls, and {own} in the candidate's own builds "
-                                   f"(floor {own_floor:.0%})"))
+                                   f"expected from the null calls (sd {spread:.1f}), and {own} in the candidate's own "
+                                   f"builds (floor {own_floor:.0%})"))
     summary = {"available": True, "coverage_timed": None if coverage is None else round(coverage, 3),
                "own_timed": own, "torch_timed_beyond_null": round(excess, 1), "blas_in_calls": blas,
                "own_floor": own_floor}

@@ -101,21 +101,27 @@ def _report(samples: dict, requests: dict, **extra: int) -> dict:
     return {"available": True, "samples": samples, "requests": requests, **extra}
 
 
-HONEST = _report({"call": {"own": 49, "torch": 33, "python": 65}, "timed": {"own": 108, "torch": 40},
-                  "null": {"torch": 21}}, {"call": 11, "timed": 23, "null": 12})
-TORCH = _report({"call": {"own": 42, "torch": 34}, "timed": {"torch": 65, "python": 41}, "null": {"torch": 22}},
-                {"call": 11, "timed": 23, "null": 12})
-BLAS = _report({"call": {"torch": 33, "blas": 15}, "timed": {"own": 1, "torch": 37, "blas": 31},
-                "null": {"torch": 21}}, {"call": 11, "timed": 23, "null": 12})
+# Counts measured through the sandbox on this VM (2026-11-26), medium_gemm (384^3) unless said.
+REQUESTS = {"call": 11, "timed": 23, "null": 12}
+HONEST = _report({"call": {"own": 161, "torch": 67, "python": 66}, "timed": {"own": 337, "torch": 68},
+                  "null": {"torch": 39}}, REQUESTS)
+TORCH = _report({"call": {"own": 157, "torch": 57}, "timed": {"torch": 156, "python": 38}, "null": {"torch": 36}},
+                REQUESTS)
+BLAS = _report({"call": {"torch": 57, "blas": 46}, "timed": {"torch": 60, "blas": 82}, "null": {"torch": 36}},
+               REQUESTS)
+# results/kernels/cpu level1/gelu at its smallest shape: its kernel too short to be sampled, the harness's
+# torch samples above the nulls' by chance (the largest such excess among the 17 shipped CPU kernels).
+SMALL = _report({"timed": {"torch": 18, "python": 24}, "null": {"torch": 6}}, {"timed": 23, "null": 12})
 TINY = _report({"call": {"torch": 30, "blas": 2}, "timed": {"own": 6, "torch": 8}, "null": {"torch": 3}},
                {"call": 25, "timed": 23, "null": 12})
 
 
 @pytest.mark.parametrize(("report", "allowed", "rules"), [
-    (HONEST, (), []),  # measured: honest/gemm_medium_cpp
-    (TORCH, (), ["torch_fallback"]),  # measured: cases/native_observer_off_torch_mm
+    (HONEST, (), []),  # honest/gemm_medium_cpp
+    (SMALL, (), []),
+    (TORCH, (), ["torch_fallback"]),  # cases/native_observer_off_torch_mm
     (TORCH, ("torch",), []),
-    (BLAS, (), ["library_fallback"]),  # measured: cases/native_loader_walk_blas
+    (BLAS, (), ["library_fallback"]),  # cases/native_loader_walk_blas
     (BLAS, ("blas",), []),
     (TINY, (), []),  # too few samples to decide anything
     (_report({}, {}, map_denied=2), (), ["observer_blocked"]),
