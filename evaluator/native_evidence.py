@@ -39,7 +39,8 @@ def apply(result: EvalResult, report: dict[str, Any], task_source: str, task_nam
           device: str = "cpu") -> EvalResult:
     """`result` with the sampler's report in its provenance and its flags among the verdict's. On a
     GPU the host's samples say little about where the work went (a timed call spends its CPU waiting
-    for the device in the driver): there only `observer_blocked` is judged, the counts are kept."""
+    for the device in the driver): the judge does not sample there (`sandbox/child.py`), and a report
+    that came anyway is judged for `observer_blocked` only."""
     floor, allowed = task_allowances(task_source, task_name)
     if str(device).startswith("cuda"):
         allowed += ("torch", "blas")

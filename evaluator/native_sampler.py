@@ -246,6 +246,11 @@ class NativeSampler:
             self.why = "the worker's memory map is not readable after its setup (not dumpable)"
             self.close()
 
+    def stop(self, why: str) -> None:
+        """No sampling for this job (closing the judge's events ends it in every worker thread)."""
+        self.why = why
+        self.close()
+
     def on_request(self, op: str | None, key: str | None = None) -> None:
         """The judge is about to send request `op` (None: its reply has come). Drains the buffers only
         outside the judge's clocks (before a flush or an untimed request) or when they near full."""

@@ -144,8 +144,11 @@ def _set_up(worker: Any, request: ChildRequest) -> Any:
     if getattr(worker, "sampler", None) is not None:
         from agentforge.evaluator import build_cache
 
-        build_cache.set_cache_root(job.cache_dir)
-        worker.sampler.set_own_roots((str(build_cache.cache_root()),))
+        if str(job.device).startswith("cuda"):  # a GPU call's host samples decide nothing; their cost is real
+            worker.sampler.stop("not sampled on a CUDA device: the host's samples show the driver waiting")
+        else:
+            build_cache.set_cache_root(job.cache_dir)
+            worker.sampler.set_own_roots((str(build_cache.cache_root()),))
     from agentforge.evaluator import op_observer
 
     # The judge's own observer (for its baselines), warmed in a thread now that this process is
