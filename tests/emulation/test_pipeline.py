@@ -154,3 +154,15 @@ def test_a_caught_nvcc_failure_after_a_gpu_only_build_is_the_verdict_and_nothing
     assert not result.correctness and result.executed_on == ""
     steps = log.read_text().splitlines()
     assert len(started) == 1 and steps == ["module", "forward", "build", "fallback"], steps
+
+
+def test_shapes_too_large_for_the_emulation_keep_the_verdict_with_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No shape fits the emulation: the nvcc verdict alone (the compile-only drive), saying why."""
+    from agentforge.evaluator.cuda_emulation import judge
+
+    monkeypatch.setattr(judge, "MAX_ELEMENTS", 0)
+    result = run_pipeline(job(candidate(CUDA % "0.f")))
+    assert result.status == Status.OK and result.stage == Stage.BUILD, result.summary()
+    assert result.compile.path == "compile-only-nvcc" and "under the CUDA lookalike" in result.compile.log_tail
+    assert result.executed_on == "" and not result.correctness
+    assert result.execution_note.startswith("not executed: every shape is too large for the CPU emulation (small (")
