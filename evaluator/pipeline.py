@@ -30,6 +30,7 @@ from agentforge.evaluator import (
     integrity,
     redact,
     roofline_stage,
+    stage_budget,
     task_check,
     triton_aot,
 )
@@ -91,6 +92,15 @@ class Context:
     executed_on: str = ""  # where the kernels ran: the device type, "cpu-emulation", "triton-interpreter"
     execution_note: str = ""
     correctness_notes: dict[str, Any] = field(default_factory=dict)  # tolerances used, hidden shapes run
+    clock: stage_budget.StageClock | None = None  # each stage's share of the job's wall clock
+
+
+def _enter(ctx: Context, stage: Stage, status: Status = Status.TIMEOUT, **records: Any) -> None:
+    """`stage` starts, with the verdict it leaves if it runs out of its budget: `status` (timeout,
+    or for the optional profile the verdict already earned) and the finished stages' records."""
+    ctx.stage = stage
+    if ctx.clock is not None and ctx.clock.active:
+        ctx.clock.enter(stage, _finish(ctx, status, **records))
 
 
 def track_settings(job: EvalJob) -> tuple[TimingConfig, CorrectnessConfig]:
@@ -104,14 +114,16 @@ def run_pipeline(job: EvalJob, worker: WorkerClient | None = None) -> EvalResult
     process; None: spawn one for this job); this process holds the seeds, the reference and the
     verdict, and never imports the candidate."""
     ctx = Context(job)
+    ctx.clock = clock = stage_budget.StageClock(job.budget)
     build_cache.set_cache_root(job.cache_dir)
     try:
         with _cpu_threads(job):
-            return _run(ctx, worker)
+            result = _run(ctx, worker)
     except Exception as exc:
         status = Status.RUNTIME_ERROR
-        return _finish(ctx, status, error=ErrorRecord(
+        result = _finish(ctx, status, error=ErrorRecord(
             type=type(exc).__name__, message=str(exc)[:2000], traceback_tail=traceback.format_exc()[-4000:]))
+    return clock.close(result)  # a stage that ran out: the verdict kept for it, whatever came after
 
 
 @contextlib.contextmanager
@@ -136,7 +148,7 @@ def _cpu_threads(job: EvalJob) -> Iterator[None]:
 
 def _run(ctx: Context, worker: WorkerClient | None) -> EvalResult:
     job = ctx.job
-    ctx.stage = Stage.TASK
+    _enter(ctx, Stage.TASK)
     try:
         task = Task(job.task_name, job.task_source)
     except TaskLoadError as exc:
@@ -164,9 +176,11 @@ def _run(ctx: Context, worker: WorkerClient | None) -> EvalResult:
     static = integrity.static_findings(job.candidate_source)
 
     # ----- build and load, in the worker
-    ctx.stage = Stage.BUILD
+    _enter(ctx, Stage.BUILD)
     owned = worker is None
     client = worker or WorkerClient.spawn(interpret=interpret)
+    if ctx.clock is not None:
+        ctx.clock.watch_worker(client.pid)
     try:
         if owned:
             client.setup(workdir=os.getcwd(), cache_dir=str(build_cache.cache_root()), cpu_threads=job.cpu_threads,
@@ -222,7 +236,8 @@ def _emulated(ctx: Context, task: Task, client: WorkerClient, shapes: list[str],
     outcome = CorrectnessOutcome()
     raised: ErrorRecord | None = None
     if error is None and loaded.get("has_model") is True:
-        ctx.stage, ctx.correctness_notes = Stage.CORRECTNESS, outcome.notes
+        ctx.correctness_notes = outcome.notes
+        _enter(ctx, Stage.CORRECTNESS)
         try:
             with torch.no_grad():
                 for index, shape in enumerate(shapes):
@@ -313,9 +328,9 @@ def _with_worker(ctx: Context, task: Task, client: WorkerClient, shapes: list[st
             type="MissingModelNew", message="the candidate defines no class `ModelNew`"))
 
     # ----- correctness, gathering run-time evidence for the integrity rules
-    ctx.stage = Stage.CORRECTNESS
     outcome = CorrectnessOutcome()
     ctx.correctness_notes = outcome.notes
+    _enter(ctx, Stage.CORRECTNESS)
     try:
         with torch.no_grad():
             for index, shape in enumerate(shapes):
@@ -338,7 +353,7 @@ def _with_worker(ctx: Context, task: Task, client: WorkerClient, shapes: list[st
         return _finish(ctx, Status.OK, correctness=outcome.records)
 
     # ----- timing: the worker times the candidate, this process the baselines, interleaved
-    ctx.stage = Stage.TIMING
+    _enter(ctx, Stage.TIMING, correctness=outcome.records)
     timing_shape = job.timing_shape if job.timing_shape in shapes else shapes[0]
     reference, candidate = outcome.models[timing_shape]
     with torch.no_grad():
@@ -354,7 +369,7 @@ def _with_worker(ctx: Context, task: Task, client: WorkerClient, shapes: list[st
     if _rejecting(ctx):
         return _finish(ctx, Status.INTEGRITY_FLAG, correctness=outcome.records, timing=timed.record,
                        roofline=roofline)
-    ctx.stage = Stage.PROFILE
+    _enter(ctx, Stage.PROFILE, Status.OK, correctness=outcome.records, timing=timed.record, roofline=roofline)
     profile = roofline_stage.profile(job, ctx.device)
     ctx.stage = Stage.DONE
     return _finish(ctx, Status.OK, correctness=outcome.records, timing=timed.record, roofline=roofline,

@@ -80,6 +80,34 @@ class CorrectnessConfig:
 
 
 @dataclass(frozen=True)
+class StageBudget:
+    """How the job's wall-clock budget is shared by its stages (enforced by `stage_budget.py`).
+
+    Each share is a fraction of the usable total (the total less a reserve for writing the
+    verdict). A stage may run until the shares of every stage up to and including its own are
+    spent, counted from the job's start, so what a stage leaves unused passes on to the next.
+    `total_s` 0 (a job run outside a sandbox): no stage is bounded. The sandbox sets it to its own
+    wall-clock limit (`SandboxConfig.timeout_s`) or less, with the moment its clock started."""
+
+    total_s: float = 0.0
+    build: float = 0.40  # the task, the build (a cold nvcc build takes minutes) and the load
+    correctness: float = 0.25  # every shape against the fp64 reference, and the integrity checks
+    timing: float = 0.25  # the candidate and its baselines (eager, torch.compile modes), the roofline
+    profile: float = 0.10  # Nsight Compute; running out keeps the verdict, with no profile
+    started_monotonic: float | None = None  # the sandbox parent's CLOCK_MONOTONIC when its clock started
+
+    def __post_init__(self) -> None:
+        shares = {name: getattr(self, name) for name in ("build", "correctness", "timing", "profile")}
+        bad = {k: v for k, v in shares.items() if not (isinstance(v, int | float) and 0.0 <= v <= 1.0)}
+        if bad:
+            raise ValueError(f"stage budget shares must be fractions in [0, 1]; got {bad}")
+        if sum(shares.values()) > 1.0 + 1e-9:
+            raise ValueError(f"stage budget shares add up to {sum(shares.values()):g}, over 1: {shares}")
+        if not (isinstance(self.total_s, int | float) and 0.0 <= self.total_s < float("inf")):
+            raise ValueError(f"stage budget total_s must be >= 0 and finite (got {self.total_s!r})")
+
+
+@dataclass(frozen=True)
 class Measure:
     """What a job asks the evaluator to do beyond build and correctness."""
 
@@ -115,6 +143,7 @@ class EvalJob:
     cpu_threads: int = 1
     cache_dir: str | None = None
     candidate_meta: dict[str, Any] = field(default_factory=dict)  # provenance, carried through
+    budget: StageBudget = field(default_factory=StageBudget)  # each stage's share of the wall clock
 
     def to_json(self) -> str:
         return to_json(self)

@@ -19,11 +19,12 @@ import importlib
 import inspect
 import os
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from agentforge.evaluator import native_evidence, triton_interpret
+from agentforge.evaluator import native_evidence, stage_budget, triton_interpret
 from agentforge.evaluator.result import ErrorRecord, EvalJob, EvalResult, Stage, Status, to_plain
 from agentforge.sandbox import channel, limits, mounts
 from agentforge.sandbox.request import ChildRequest
@@ -280,6 +281,7 @@ def main(argv: list[str] | None = None) -> None:
 
     nonce = data[len(channel.MAGIC):channel.HEADER_BYTES - 8]
     request = ChildRequest.from_json(channel.decode_frame(data, nonce).decode())
+    deliver = _Delivery(request, send, nonce)
     try:
         harden(request)
     except BaseException as exc:
@@ -287,15 +289,34 @@ def main(argv: list[str] | None = None) -> None:
         result = dataclasses.replace(result, error=dataclasses.replace(result.error, type="SandboxError"))
     else:
         _no_dumps()  # again: a change of uid resets the flag
+        # A stage stuck in the judge past its deadline: the stage clock hands the verdict it kept
+        # (every finished stage) to this writer, from its own thread, before the parent's limit.
+        stage_budget.set_writer(lambda kept: deliver.last(_memory_verdict(_native_evidence(kept, worker, request.job),
+                                                                          request)))
         result = evaluate(request, worker)
-    try:
-        payload = result.to_json().encode()
-    except (TypeError, ValueError) as exc:  # e.g. a NaN the entry left in a record
-        payload = _exception_result(request.job, exc).to_json().encode()
-    send(channel.encode_frame(payload, nonce))
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    deliver.last(result)
+
+
+class _Delivery:
+    """The one result frame, sent once, by the main thread or the stage clock's: whichever comes
+    first sends and ends the process; the other waits for that."""
+
+    def __init__(self, request: ChildRequest, send: Callable[[bytes], None], nonce: bytes) -> None:
+        self.request, self.send, self.nonce = request, send, nonce
+        self.lock = threading.Lock()
+
+    def last(self, result: EvalResult) -> None:
+        self.lock.acquire()  # never released: the process ends holding it
+        try:
+            payload = result.to_json().encode()
+        except (TypeError, ValueError) as exc:  # e.g. a NaN the entry left in a record
+            payload = _exception_result(self.request.job, exc).to_json().encode()
+        try:
+            self.send(channel.encode_frame(payload, self.nonce))
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
 
 
 if __name__ == "__main__":

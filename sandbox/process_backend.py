@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from agentforge.evaluator import header_prebuild
+from agentforge.evaluator import header_prebuild, stage_budget
 from agentforge.evaluator.build_cache import TRUSTED_TREE
 from agentforge.evaluator.result import EvalJob, EvalResult
 from agentforge.sandbox import channel, isolation, reaper, spares, verdict
@@ -207,7 +207,8 @@ class ProcessBackend:
             workdir, plan, python = self._prepare(job_dir)
         if cfg.prebuild_headers and "load_inline" in job.candidate_source:
             header_prebuild.start(plan.cache_dir, job.candidate_source, python)
-        request = ChildRequest(entry=cfg.entry, job=dataclasses.replace(job, cache_dir=plan.cache_dir),
+        budget = stage_budget.for_sandbox(job.budget, cfg.timeout_s)  # each stage's share of the wall clock
+        request = ChildRequest(entry=cfg.entry, job=dataclasses.replace(job, cache_dir=plan.cache_dir, budget=budget),
                                workdir=str(workdir), limits=limits_for(cfg, job),
                                drop_to_uid=plan.drop_to_uid, mounts=plan.mounts,
                                torch_switches=cfg.torch_switches)
