@@ -130,7 +130,7 @@ class StageClock:
             return
         group = GROUP_OF[stage]
         with self._lock:
-            if self._closed:
+            if self._closed or self.ran_out is not None:  # the verdict is the one kept when it ran out
                 return
             now = self._now()
             if group != self._group:

@@ -78,3 +78,14 @@ def test_a_profile_that_runs_out_leaves_the_verdict_standing() -> None:
     assert verdict.status == Status.OK and verdict.stage == Stage.DONE and verdict.error is None
     assert verdict.profile is not None and not verdict.profile.available
     assert "the profile stage ran out of its budget" in verdict.profile.reason
+
+
+def test_stages_entered_after_one_ran_out_change_nothing() -> None:
+    clock = stage_budget.StageClock(StageBudget(total_s=2.0, build=0.1, correctness=0.1, timing=0.1))
+    clock.enter(Stage.TIMING, _result())
+    deadline = time.monotonic() + 5
+    while clock.ran_out is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    clock.enter(Stage.PROFILE, _result(Status.OK, Stage.PROFILE))  # the judge went on regardless
+    verdict = clock.close(_result(Status.OK, Stage.DONE))
+    assert verdict.status == Status.TIMEOUT and verdict.stage == Stage.TIMING
