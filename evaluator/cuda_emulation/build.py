@@ -19,13 +19,17 @@ from agentforge.evaluator.cuda_emulation.rewrite import NeedsGpu, RewriteError, 
 
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 EMULATION_CFLAGS = ["-O2", "-w", "-fno-strict-aliasing", "-DAGENTFORGE_CUDA_EMULATION=1"]
+LEAN_ONLY = {"agentforge_emu/lean.h"}  # read by the lean path's builds only (`lean`), not by these
 
 
-def _runtime_version() -> str:
+def _runtime_version(lean: bool = False) -> str:
     """A hash of the emulation's headers: part of every build's sources, so that a changed runtime
-    is never served from a build of the old one (the build cache keys on sources and flags only)."""
+    is never served from a build of the old one (the build cache keys on sources and flags only).
+    `lean`: with the headers only the lean path's builds read."""
     digest = hashlib.sha256()
     for path in sorted(INCLUDE_DIR.rglob("*.h*")):
+        if not lean and path.relative_to(INCLUDE_DIR).as_posix() in LEAN_ONLY:
+            continue
         digest.update(path.relative_to(INCLUDE_DIR).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 

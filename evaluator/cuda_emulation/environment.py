@@ -15,7 +15,9 @@ stage's), and every build the candidate attempts on the way judged twice:
   emulation (`build`, its events kept apart in `EMULATION_EVENTS`), which executes the kernels on
   the CPU. A source that needs a GPU (`NeedsGpu`) or that the emulation cannot build is recorded
   (`NEEDS_GPU`, `EMULATION_FAILURES`) and answered with the lookalike's stand-in module, so the
-  drive goes on to the builds after it; the judge then keeps the verdict and runs nothing.
+  drive goes on to the builds after it; the judge then keeps the verdict and runs nothing. A lean
+  `load_cuda` source is built as a plain library without torch's headers (`lean`), its module's
+  kernels called as CuPy's are; `import cupy` gives a stand-in where CuPy is not installed.
 
 `stop_reason` tells the worker when the drive has decided the build stage (a failed build, a
 construct that cannot run here, a CUDA candidate that built no CUDA after its first call): the
@@ -31,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from agentforge.evaluator.cuda_emulation import build
+from agentforge.evaluator.cuda_emulation import build, lean
 from agentforge.evaluator.cuda_emulation.rewrite import NeedsGpu
 from agentforge.evaluator.native import BUILD_EVENTS, BuildEvent
 from torch.overrides import TorchFunctionMode
@@ -116,15 +118,15 @@ def _judged_load(arch: str) -> Any:
 
 
 def _judged_load_cuda(arch: str) -> Any:
-    """The lean `native.load_cuda` (a CuPy module): nvcc's verdict; the emulation does not run it."""
+    """The lean `native.load_cuda`: nvcc's verdict (a failure raises to the candidate), then the
+    emulation's build of the same source, a module whose kernels run on the CPU (`lean`)."""
     from agentforge.evaluator import cuda_lookalike
 
     verdict = cuda_lookalike.make_load_cuda(arch)
 
     def load_cuda(name: str, source: str, *args: Any, **kwargs: Any) -> Any:
         verdict(name, source, *args, **kwargs)
-        EMULATION_FAILURES.append(f"{name}: the lean load_cuda path (a CuPy module) is not emulated")
-        return cuda_lookalike.ExtensionStandIn(name)
+        return _emulate(name, lambda: lean.load_cuda_emulated(name, source))
 
     return load_cuda
 
@@ -159,6 +161,7 @@ def activate(arch: str) -> None:
                (torch.Tensor, "is_cuda", property(lambda self: self.device.type in ("cpu", "cuda")))]
     for owner, name, value in patches:
         setattr(owner, name, value)
+    lean.install_cupy_stand_in()  # a lean candidate's `import cupy` (streams, scalar types) without a GPU
     mode = CudaMeansCpu()
     mode.__enter__()
     _active.append(mode)
