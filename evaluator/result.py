@@ -90,10 +90,12 @@ class StageBudget:
     wall-clock limit (`SandboxConfig.timeout_s`) or less, with the moment its clock started."""
 
     total_s: float = 0.0
-    build: float = 0.40  # the task, the build (a cold nvcc build takes minutes) and the load
-    correctness: float = 0.25  # every shape against the fp64 reference, and the integrity checks
-    timing: float = 0.25  # the candidate and its baselines (eager, torch.compile modes), the roofline
-    profile: float = 0.10  # Nsight Compute; running out keeps the verdict, with no profile
+    # Early stages may use most of the clock: stopping a build or a correctness check early earns
+    # nothing (no verdict), while each later stage keeps a slice of its own.
+    build: float = 0.80  # the task, the build (a cold nvcc build takes minutes here) and the load
+    correctness: float = 0.10  # every shape against the fp64 reference, and the integrity checks
+    timing: float = 0.05  # the candidate and its baselines (eager, torch.compile modes), the roofline
+    profile: float = 0.05  # Nsight Compute; running out keeps the verdict, with no profile
     started_monotonic: float | None = None  # the sandbox parent's CLOCK_MONOTONIC when its clock started
 
     def __post_init__(self) -> None:

@@ -20,8 +20,8 @@ def test_deadlines_are_cumulative_shares_of_the_usable_total() -> None:
     budget = StageBudget(total_s=600.0)
     found = stage_budget.deadlines(budget)
     usable = 600.0 - stage_budget.RESERVE_S
-    assert found == pytest.approx({"build": 0.40 * usable, "correctness": 0.65 * usable,
-                                   "timing": 0.90 * usable, "profile": usable})
+    assert found == pytest.approx({"build": 0.80 * usable, "correctness": 0.90 * usable,
+                                   "timing": 0.95 * usable, "profile": usable})
 
 
 def test_the_sandbox_total_caps_the_job_s_own() -> None:
@@ -38,7 +38,7 @@ def test_bad_budgets_are_refused_clearly(changes: dict[str, float]) -> None:
 
 
 def test_a_job_round_trips_its_budget() -> None:
-    job = EvalJob("t", "src", "cand", budget=StageBudget(total_s=60.0, timing=0.2, started_monotonic=2.5))
+    job = EvalJob("t", "src", "cand", budget=StageBudget(total_s=60.0, build=0.6, timing=0.2, started_monotonic=2.5))
     assert EvalJob.from_json(job.to_json()).budget == job.budget
 
 
