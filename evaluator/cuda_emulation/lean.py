@@ -161,6 +161,10 @@ class EmulatedKernel:
     def __call__(self, grid: Any, block: Any, args: Sequence[Any], *, shared_mem: int = 0, stream: Any = None,
                  enable_cooperative_groups: bool = False) -> None:
         dims = (*_grid(grid, "grid"), *_grid(block, "block"))
+        if not isinstance(args, (tuple, list)):
+            raise TypeError(f"args must be a tuple of kernel arguments, got {type(args).__name__}")
+        if int(shared_mem) < 0:
+            raise ValueError(f"shared_mem must not be negative, got {shared_mem}")
         values = native.typed_args(tuple(args), self._types)  # the real path's typing, unchanged
         if len(values) != len(self.param_sizes):
             raise TypeError(f"kernel {self.name} takes {len(self.param_sizes)} arguments, {len(values)} given "

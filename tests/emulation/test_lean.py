@@ -78,6 +78,8 @@ def test_kernels_run_with_the_real_calling_convention(cache: Path) -> None:
         axpb((1,), (256,), (x, y, 1000))
     with pytest.raises(TypeError, match="grid must be a tuple"):
         axpb(4, (256,), (x, y, 1000, 1.0, 1, 0))
+    with pytest.raises(TypeError, match="args must be a tuple"):
+        axpb((4,), (256,), x)
     for name in ("not_found_by_name", "templated"):
         with pytest.raises(lean.CudaEmulationError, match="CUDA_ERROR_NOT_FOUND"):
             module.get_function(name)
