@@ -7,7 +7,8 @@
 // drawn per allocation from a seeded sequence, so several trials test both directions. In overflow
 // mode the start keeps the natural alignment of the size (its lowest set bit, at most 64 bytes), so a
 // float4 path of a tensor whose size is a multiple of 16 stays aligned. A free keeps the mapping for
-// reuse by an allocation of as many pages (up to SPARE_BYTES in all), else unmaps it. Any access
+// reuse by an allocation of as many pages (up to SPARE_BYTES in all), else unmaps it. Every
+// allocation starts filled with 0xFF bytes, so a value a kernel never wrote shows. Any access
 // past the end (overflow mode) or before the start (underflow mode), up to GUARD_BYTES away, faults;
 // the runtime's signal handler turns a fault inside a kernel launch into a launch failure naming the
 // allocation (`describe`).
@@ -123,6 +124,10 @@ struct Allocator final : c10::Allocator {
       start = (lo + data - n) & ~(uintptr_t)(align - 1);
     }
     r.by_start[start] = Mapping{base, total, start, n};
+    // Never-written memory reads as 0xFF bytes (NaN for floating point), whether the mapping is
+    // fresh (the kernel's zero pages) or reused (the last tensor's values, often right for the same
+    // inputs): on a GPU it holds whatever the caching allocator's last user left.
+    std::memset(reinterpret_cast<void*>(start), 0xFF, n);
     return {reinterpret_cast<void*>(start), reinterpret_cast<void*>(start), &release,
             c10::Device(c10::DeviceType::CPU)};
   }
