@@ -27,6 +27,12 @@ def render_result(console: Console, result: EvalResult) -> None:
         for k in c.resources:
             console.print(f"  {k.name}: {k.registers} regs, {k.shared_bytes} B smem, {k.stack_bytes} B stack, "
                           f"{k.spill_store_bytes}/{k.spill_load_bytes} B spill st/ld")
+    stand_in = result.executed_on.split(":")[0] not in ("", "cpu", "cuda")
+    if stand_in or result.execution_note:
+        # Where the kernels ran when not on the device itself (the CPU emulation, Triton's
+        # interpreter), or why they did not run: a verdict with no timing says so beside its checks.
+        where = f"executed on {result.executed_on}" if result.executed_on else "not executed"
+        console.print(f"[cyan]{where}[/cyan]" + (f": {result.execution_note}" if result.execution_note else ""))
     if result.correctness:
         table = Table("shape", "seed", "ok", "max abs err", "max rel err", "check", title="correctness")
         for r in result.correctness:

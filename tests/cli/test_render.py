@@ -36,6 +36,19 @@ def test_first_error_is_shown_before_the_tail() -> None:
     assert "undefined_59" in text  # the tail is still there
 
 
+def test_where_the_kernels_ran_is_shown() -> None:
+    note = "kernels executed by the CPU emulation: correctness only; no timing or speedup exists without a GPU"
+    result = EvalResult(task_name="t", candidate_hash="h", backend="cuda", status=Status.OK, stage=Stage.DONE,
+                        executed_on="cpu-emulation", execution_note=note)
+    console = Console(record=True, width=200)
+    render_result(console, result)
+    assert f"executed on cpu-emulation: {note}" in console.export_text()
+    plain = EvalResult(task_name="t", candidate_hash="h", backend="cpu", status=Status.OK, stage=Stage.DONE)
+    console = Console(record=True, width=200)
+    render_result(console, plain)
+    assert "executed on" not in console.export_text()
+
+
 def test_first_error_line_skips_the_command_and_knows_nvcc() -> None:
     assert first_error_line("$ nvcc -o error.o x.cu\nx.cu(12): error: identifier \"foo\"") == \
         'x.cu(12): error: identifier "foo"'
