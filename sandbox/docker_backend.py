@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -88,15 +86,14 @@ class DockerBackend:
         root = Path(self.config.workdir_root)
         root.mkdir(parents=True, exist_ok=True)
         reaper.remove_dead_job_dirs(root)  # docker-job-* folders of runs killed before they cleaned up
-        job_dir = Path(tempfile.mkdtemp(prefix="docker-job-", dir=root))
-        claim = reaper.claim_job_dir(job_dir)
+        job_dir, claim = reaper.make_job_dir(root, prefix="docker-job-")
         try:
             return self._run_in(job, job_dir, started, clock)
         finally:
-            if not self.config.keep_workdir:
-                shutil.rmtree(job_dir, ignore_errors=True)
+            if self.config.keep_workdir:
+                reaper.mark_kept(job_dir)  # a kept workdir is not a dead job's
             else:
-                (job_dir / reaper.LOCK_NAME).unlink(missing_ok=True)  # a kept workdir is not a dead job's
+                reaper.remove_job_dir(job_dir)
             claim.release()
 
     def _run_in(self, job: EvalJob, job_dir: Path, started: str, clock: float) -> EvalResult:

@@ -12,10 +12,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import select
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -117,8 +115,7 @@ class ProcessBackend:
             root = Path(self.config.workdir_root)
             try:
                 root.mkdir(parents=True, exist_ok=True)
-                job_dir = Path(tempfile.mkdtemp(prefix="job-", dir=root))
-                claim = reaper.claim_job_dir(job_dir)
+                job_dir, claim = reaper.make_job_dir(root)
             except OSError as exc:
                 info = verdict.RunInfo("process", started, time.monotonic() - clock)
                 return verdict.sandbox_error(job, f"cannot create a workdir under {root}: {exc}", info)
@@ -128,9 +125,10 @@ class ProcessBackend:
             info = verdict.RunInfo("process", started, time.monotonic() - clock)
             return verdict.sandbox_error(job, f"could not prepare the sandbox: {exc}", info)
         finally:
-            if not self.config.keep_workdir:
-                shutil.rmtree(job_dir, ignore_errors=True)
-            (job_dir / reaper.LOCK_NAME).unlink(missing_ok=True)  # a kept workdir is not a dead job's
+            if self.config.keep_workdir:
+                reaper.mark_kept(job_dir)  # a kept workdir is not a dead job's
+            else:
+                reaper.remove_job_dir(job_dir)
             claim.release()
             if warm:
                 self.start_spare()
@@ -160,16 +158,15 @@ class ProcessBackend:
         root = Path(self.config.workdir_root)
         try:
             root.mkdir(parents=True, exist_ok=True)
-            job_dir = Path(tempfile.mkdtemp(prefix="job-", dir=root))
+            job_dir, claim = reaper.make_job_dir(root)
         except OSError:
             return None  # a spare is only an optimisation
-        claim = reaper.claim_job_dir(job_dir)
         try:
             workdir, plan, python = self._prepare(job_dir)
             out, err = _log_files(job_dir)
             proc, req_w, res_r = self._spawn(plan, python, str(workdir), out, err, interpret=False)
         except OSError:
-            shutil.rmtree(job_dir, ignore_errors=True)
+            reaper.remove_job_dir(job_dir)
             claim.release()
             return None
         return spares.Spare(proc, req_w, res_r, job_dir, claim, workdir, plan, python, out, err)

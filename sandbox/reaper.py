@@ -17,6 +17,13 @@ job for as long as it does. The kernel drops the lock when that process dies, ho
 so a later run that finds a folder whose lock it can take knows its owner is gone and removes
 it (`claim_job_dir`, `remove_dead_job_dirs`): a job killed with kill -9 no longer leaves gigabytes
 of candidate output in /tmp for good.
+
+A folder has no lock for two short moments: between its creation and its claim, and while it is
+being removed (the lock file goes with the rest). A process killed in either moment (SIGKILL, or
+the CLI's immediate exit on SIGINT while a worker thread was there) used to leave a folder that
+no sweep would touch. So `make_job_dir` puts the creator's pid in the name (`job-<pid>-XXXX`),
+and a folder with no lock and no `kept` marker whose creator is not alive is dead too. A workdir
+kept on purpose (`keep_workdir`) is marked `kept` (`mark_kept`) before its lock goes.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from pathlib import Path
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_PDEATHSIG = 1
 LOCK_NAME = "owner.lock"
+KEPT_NAME = "kept"
 JOB_PREFIXES = ("job-", "docker-job-")
 
 
@@ -74,12 +82,43 @@ def claim_job_dir(job_dir: str | os.PathLike[str]) -> JobClaim:
     return JobClaim(fd)
 
 
+def make_job_dir(root: str | os.PathLike[str], prefix: str = "job-") -> tuple[Path, JobClaim]:
+    """A new job folder under `root`, named `<prefix><pid>-XXXX`, claimed by this process."""
+    import tempfile  # here, not at the top: the reaper script starts with every job
+
+    job_dir = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=root))
+    try:
+        return job_dir, claim_job_dir(job_dir)
+    except BaseException:
+        shutil.rmtree(job_dir, ignore_errors=True)
+        raise
+
+
+def mark_kept(job_dir: str | os.PathLike[str]) -> None:
+    """Mark a finished job's folder as kept on purpose (`keep_workdir`): no sweep removes it."""
+    path = Path(job_dir)
+    with contextlib.suppress(OSError):
+        (path / KEPT_NAME).write_text("kept by keep_workdir\n")
+    (path / LOCK_NAME).unlink(missing_ok=True)
+
+
+def remove_job_dir(job_dir: str | os.PathLike[str]) -> None:
+    """Remove a job's folder, even where its candidate took permissions away (chmod 000)."""
+    path = Path(job_dir)
+    shutil.rmtree(path, ignore_errors=True)
+    if path.exists():
+        _make_removable(path)
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def remove_dead_job_dirs(root: str | os.PathLike[str]) -> list[str]:
     """Remove the job folders under `root` whose owner is dead; returns what was removed.
 
-    A folder is removed only when it holds an `owner.lock` that nobody holds: folders of live
-    jobs, folders being created, and folders kept on purpose (`keep_workdir`, whose lock file is
-    deleted when the job ends) are left alone.
+    A folder is removed when it holds an `owner.lock` that nobody holds, or when it holds no lock
+    and no `kept` marker and the process named in it (`make_job_dir`) is not alive (it was killed
+    while creating or removing the folder). Folders of live jobs, folders a live process is
+    creating or removing, folders kept on purpose, and lock-less folders whose name names no
+    process (made before names carried one) are left alone.
     """
     removed = []
     for job_dir in _job_dirs(root):
@@ -89,6 +128,23 @@ def remove_dead_job_dirs(root: str | os.PathLike[str]) -> list[str]:
                 shutil.rmtree(job_dir, ignore_errors=True)
                 removed.append(str(job_dir))
     return removed
+
+
+def _creator(job_dir: Path) -> int | None:
+    """The pid `make_job_dir` put in the folder's name, or None."""
+    rest = next((job_dir.name[len(p):] for p in JOB_PREFIXES if job_dir.name.startswith(p)), "")
+    pid, sep, _ = rest.partition("-")
+    return int(pid) if sep and pid.isdigit() else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it exists, under another user
+        return True
+    return True
 
 
 def _job_dirs(root: str | os.PathLike[str]) -> Iterator[Path]:
@@ -106,6 +162,11 @@ def _dead_owner(job_dir: Path) -> Iterator[bool]:
     """True (holding the lock while the caller removes the folder) when the owner is gone."""
     try:
         fd = os.open(job_dir / LOCK_NAME, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        creator = _creator(job_dir)
+        kept = os.path.lexists(job_dir / KEPT_NAME)
+        yield creator is not None and not kept and not _alive(creator)
+        return
     except OSError:
         yield False
         return

@@ -16,7 +16,6 @@ import atexit
 import concurrent.futures
 import contextlib
 import os
-import shutil
 import subprocess
 import threading
 from collections.abc import Callable
@@ -54,7 +53,7 @@ class Spare:
             self.proc.wait(timeout=5)
         for handle in (self.out, self.err):
             handle.close()
-        shutil.rmtree(self.job_dir, ignore_errors=True)
+        reaper.remove_job_dir(self.job_dir)
         self.claim.release()
 
 

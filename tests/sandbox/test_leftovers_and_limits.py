@@ -85,6 +85,35 @@ def test_the_folders_of_live_and_kept_jobs_are_left_alone(tmp_path: Path) -> Non
     assert reaper.remove_dead_job_dirs(tmp_path) == [str(live)]
 
 
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_folder_left_without_its_lock_by_a_killed_process_is_removed(tmp_path: Path) -> None:
+    """A process killed between creating a job folder and claiming it, or while removing it (the
+    lock file gone, the rest not yet), leaves a folder with no lock: its name says whose it was."""
+    dead = _dead_pid()
+    half_made = tmp_path / f"job-{dead}-abcd1234"
+    half_made.mkdir()
+    half_removed = tmp_path / f"docker-job-{dead}-efgh5678"
+    (half_removed / "work" / "locked").mkdir(parents=True)
+    (half_removed / "work" / "locked").chmod(0)
+    kept = tmp_path / f"job-{dead}-kept0000"
+    kept.mkdir()
+    reaper.mark_kept(kept)
+    mine, claim = reaper.make_job_dir(tmp_path)
+    assert mine.name.startswith(f"job-{os.getpid()}-")
+    (mine / reaper.LOCK_NAME).unlink()  # as if this live process were half-way through removing it
+
+    assert sorted(reaper.remove_dead_job_dirs(tmp_path)) == sorted([str(half_made), str(half_removed)])
+    assert kept.exists() and mine.exists()
+    claim.release()
+    reaper.remove_job_dir(mine)
+    assert not mine.exists()
+
+
 def test_a_kept_workdir_survives_later_runs(tmp_path: Path) -> None:
     config = fake_config(tmp_path, keep_workdir=True)
     assert run(make_job("RESULT_NOTE = 1"), config).status == Status.OK
