@@ -98,6 +98,7 @@ class Worker:
     observer: Any = None
     observed: op_observer.Attribution = field(default_factory=op_observer.Attribution)
     observer_broken: str = ""
+    l2_found: list[str] = field(default_factory=list)  # persisting-L2 state found before timed calls
 
     # ----- build ------------------------------------------------------------------------------
     def handle_load(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -239,6 +240,9 @@ class Worker:
             evidence.append(["precision_switch", f"{where}: " + "; ".join(switched)])
         if self.device.type == "cuda":
             _synchronize()
+            l2 = device_state.take_l2_persistence(torch.cuda.current_stream().cuda_stream)
+            if l2:
+                evidence.append(["l2_persistence", f"{where}: after forward, {l2}"])
         tensors = list(flatten_tensors(out))
         plain = all(type(t) is torch.Tensor and t.layout == torch.strided and not t.is_meta for t in tensors)
         if tensors and plain:
@@ -352,6 +356,10 @@ class Worker:
     def handle_flush(self, request: dict[str, Any]) -> dict[str, Any]:
         """The last-level cache flushed before a timed call (a request of its own, so that the
         judge's clock of the call does not include it)."""
+        if self.device.type == "cuda":  # lines pinned as persisting would survive the flush
+            l2 = device_state.take_l2_persistence(torch.cuda.current_stream().cuda_stream)
+            if l2 and len(self.l2_found) < 3:
+                self.l2_found.append(f"before a timed call, {l2}")
         if self.flusher is None:
             self.flusher = CacheFlusher(self.device, True)
         self.flusher()
@@ -383,6 +391,7 @@ class Worker:
                 evidence.append(["monkey_patch", "replaced: " + ", ".join(patched[:10])])
             if switched:
                 evidence.append(["precision_switch", "; ".join(switched)])
+        evidence += [["l2_persistence", found] for found in self.l2_found]
         if self.watch is not None:
             leftovers = self.watch.leftovers()
             if leftovers:

@@ -17,6 +17,11 @@ import torch
 from agentforge.evaluator.result import DeviceInfo
 
 _CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06  # CUlimit in cuda.h
+_CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW = 1  # CUstreamAttrID (= CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW)
+# CUstreamAttrValue is a union of at most 64 bytes; its CUaccessPolicyWindow starts with
+# `void* base_ptr; size_t num_bytes; float hitRatio; ...`.
+_ATTR_VALUE_BYTES = 64
+_WINDOW_NUM_BYTES_OFFSET = 8
 
 
 def resolve_device(name: str) -> torch.device:
@@ -118,6 +123,55 @@ def reset_persisting_l2() -> bool:
     limit = lib.cuCtxSetLimit(ctypes.c_int(_CU_LIMIT_PERSISTING_L2_CACHE_SIZE), ctypes.c_size_t(0))
     reset = lib.cuCtxResetPersistingL2Cache()
     return limit == 0 and reset == 0
+
+
+def access_window_bytes(stream: int) -> int | None:
+    """The bytes of the persisting access-policy window set on `stream` (a CUstream handle, 0 for
+    the legacy default stream), or None when no GPU or driver answers."""
+    lib = _current_context_driver()
+    if lib is None:
+        return None
+    value = (ctypes.c_ubyte * _ATTR_VALUE_BYTES)()
+    if lib.cuStreamGetAttribute(ctypes.c_void_p(stream), ctypes.c_int(_CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW),
+                                ctypes.byref(value)) != 0:
+        return None
+    return window_num_bytes(bytes(value))
+
+
+def window_num_bytes(attr_value: bytes) -> int:
+    """`num_bytes` of the CUaccessPolicyWindow in a CUstreamAttrValue's raw bytes."""
+    return int.from_bytes(attr_value[_WINDOW_NUM_BYTES_OFFSET:_WINDOW_NUM_BYTES_OFFSET + 8], "little")
+
+
+def clear_access_window(stream: int) -> bool:
+    """Remove `stream`'s access-policy window (all zero: no window); True when the driver accepted."""
+    lib = _current_context_driver()
+    if lib is None:
+        return False
+    value = (ctypes.c_ubyte * _ATTR_VALUE_BYTES)()
+    return lib.cuStreamSetAttribute(ctypes.c_void_p(stream), ctypes.c_int(_CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW),
+                                    ctypes.byref(value)) == 0
+
+
+def l2_persistence_found(carve_out: int | None, window: int | None) -> str:
+    """What a persisting-L2 reading shows, in words ('' when nothing is set or nothing answered)."""
+    found = []
+    if carve_out:
+        found.append(f"a persisting-L2 carve-out of {carve_out} bytes (cudaLimitPersistingL2CacheSize)")
+    if window:
+        found.append(f"an access-policy window of {window} bytes on the current stream")
+    return " and ".join(found)
+
+
+def take_l2_persistence(stream: int) -> str:
+    """Read the persisting-L2 state a candidate may have set (the context's carve-out, the stream's
+    access window), put it back to none, and say what was found ('' when nothing, or no GPU). Lines
+    already marked persisting are reset to normal, so the next cache flush evicts them."""
+    found = l2_persistence_found(persisting_l2_bytes(), access_window_bytes(stream))
+    if found:
+        reset_persisting_l2()
+        clear_access_window(stream)
+    return found
 
 
 def _driver_version() -> str | None:

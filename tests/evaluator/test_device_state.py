@@ -34,3 +34,50 @@ def test_a_carve_out_set_by_a_candidate_is_seen_and_reset() -> None:
     assert (device_state.persisting_l2_bytes() or 0) > 0
     assert device_state.reset_persisting_l2() is True
     assert device_state.persisting_l2_bytes() == 0
+
+
+class _AccessPolicyWindow(ctypes.Structure):
+    """cuda.h's CUaccessPolicyWindow, as the driver writes it into a CUstreamAttrValue."""
+    _fields_ = [("base_ptr", ctypes.c_void_p), ("num_bytes", ctypes.c_size_t), ("hitRatio", ctypes.c_float),
+                ("hitProp", ctypes.c_int), ("missProp", ctypes.c_int)]
+
+
+def _attr_value(num_bytes: int) -> bytes:
+    window = _AccessPolicyWindow(0x7F0000001000, num_bytes, 0.6, 2, 1)  # hitProp persisting, missProp streaming
+    return bytes(window).ljust(64, b"\0")
+
+
+def test_the_window_size_is_read_from_where_the_driver_puts_it() -> None:
+    assert device_state.window_num_bytes(_attr_value(3 << 20)) == 3 << 20
+    assert device_state.window_num_bytes(bytes(64)) == 0
+
+
+def test_what_is_found_is_said_and_nothing_found_says_nothing() -> None:
+    assert device_state.l2_persistence_found(0, 0) == ""
+    assert device_state.l2_persistence_found(None, None) == ""
+    said = device_state.l2_persistence_found(16 << 20, 4096)
+    assert "16777216 bytes" in said and "4096 bytes" in said
+    assert "carve-out" not in device_state.l2_persistence_found(0, 4096)
+
+
+def test_without_a_gpu_taking_the_l2_state_finds_nothing() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the gpu test below covers it")
+    assert device_state.take_l2_persistence(0) == ""
+
+
+@pytest.mark.gpu
+def test_an_access_window_on_the_current_stream_is_seen_and_cleared() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    buffer = torch.zeros(1 << 20, device="cuda")
+    stream = torch.cuda.current_stream().cuda_stream
+    lib = device_state._driver()
+    assert lib is not None
+    window = _AccessPolicyWindow(buffer.data_ptr(), buffer.numel() * 4, 1.0, 2, 1)
+    value = (ctypes.c_ubyte * 64).from_buffer_copy(bytes(window).ljust(64, b"\0"))
+    assert lib.cuStreamSetAttribute(ctypes.c_void_p(stream), ctypes.c_int(1), ctypes.byref(value)) == 0
+    assert device_state.access_window_bytes(stream) == buffer.numel() * 4
+    assert "access-policy window" in device_state.take_l2_persistence(stream)
+    assert device_state.access_window_bytes(stream) == 0
+    assert device_state.take_l2_persistence(stream) == ""
