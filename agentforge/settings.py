@@ -28,7 +28,8 @@ class SettingsError(ValueError):
 def _s(default: Any, help: str, **kw: Any) -> Any:
     """A setting: its default, its help text, and its bounds (`gt`, `ge`, `le`: numbers must lie
     within them; every float must be finite), `choices`, or a `pattern` (a regular expression the
-    whole text must match, said to the user as `pattern_help`)."""
+    whole text must match, said to the user as `pattern_help`), and a `check` (a function of the
+    value returning what is wrong with it, or None)."""
     if isinstance(default, list | dict):
         return field(default_factory=lambda: type(default)(default), metadata={"help": help, **kw})
     return field(default=default, metadata={"help": help, **kw})
@@ -79,6 +80,24 @@ class SandboxSettings:
     prebuild_headers: bool = _s(True, "precompile torch/extension.h in the background for load_inline candidates "
                                 "(once per flag set; later cold builds take ~7 s instead of ~33 s)")
     ray_address: str | None = _s(None, "Ray cluster address, or 'auto'")
+    stage_budget: str = _s("", "each stage's share of timeout_s, e.g. 'build=0.6,correctness=0.2,timing=0.1,"
+                           "profile=0.1' (groups left out keep their defaults: build 0.80, correctness 0.10, "
+                           "timing 0.05, profile 0.05; the shares add up to at most 1)",
+                           pattern=r"\s*|(\s*(build|correctness|timing|profile)\s*=\s*(\d+\.?\d*|\.\d+)\s*)"
+                                   r"(,\s*(build|correctness|timing|profile)\s*=\s*(\d+\.?\d*|\.\d+)\s*)*",
+                           pattern_help="GROUP=FRACTION[,GROUP=FRACTION...] with GROUP one of build, correctness, "
+                                        "timing, profile and each FRACTION between 0 and 1",
+                           check=lambda text: _stage_budget_problem(text))
+
+
+def _stage_budget_problem(text: str) -> str | None:
+    from agentforge.evaluator.stage_budget import parse_shares
+
+    try:
+        parse_shares(text)
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 @dataclass
@@ -246,6 +265,8 @@ def _problem(f: dataclasses.Field[Any], value: Any) -> str | None:
         return f"is {value!r}; choose one of: {', '.join(meta['choices'])}"
     if "pattern" in meta and not (isinstance(value, str) and re.fullmatch(meta["pattern"], value)):
         return f"is {value!r}; use {meta['pattern_help']}"
+    if "check" in meta and (problem := meta["check"](value)):
+        return f"is {value!r}; {problem}"
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     if isinstance(value, float) and not math.isfinite(value):

@@ -14,6 +14,12 @@ stage that ran out (for the profile: the verdict stands, with no profile). If th
 not come back within a grace period (its own baselines, a hung reference, ncu), the clock writes
 the kept verdict through the writer the sandbox child registered (`set_writer`) and the child
 exits, still before the parent's hard limit.
+
+The clock also writes one line on the child's stderr as each stage group starts (`STAGE_MARK`),
+so that when even the grace period passes (the judge stuck in a native call that holds the GIL,
+so the clock's own thread cannot run) the parent's hard-limit verdict can say which stage the job
+was in. stderr is shared with the candidate, so that line is said as what it is (the last mark on
+stderr), in the message only; the verdict's stage stays `sandbox`.
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ import contextlib
 import dataclasses
 import math
 import os
+import re
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -44,6 +52,10 @@ RESERVE_S = 15.0  # at most this much of the total is kept back for writing the 
 RESERVE_FRACTION = 0.1  # and at most this share of it (short test budgets)
 MIN_RESERVE_S = 1.0
 
+STAGE_MARK = "agentforge judge: stage "
+_MARK_LINE = re.compile(r"^agentforge judge: stage (build|correctness|timing|profile) at (\d+(?:\.\d+)?) s$",
+                        re.MULTILINE)
+
 _writer: Callable[[EvalResult], None] | None = None  # the sandbox child's: send a verdict, then exit
 
 
@@ -54,12 +66,43 @@ def set_writer(writer: Callable[[EvalResult], None] | None) -> None:
     _writer = writer
 
 
-def for_sandbox(budget: StageBudget, timeout_s: float, now: float | None = None) -> StageBudget:
+def for_sandbox(budget: StageBudget, timeout_s: float, now: float | None = None,
+                shares: tuple[tuple[str, float], ...] = ()) -> StageBudget:
     """The job's budget inside a sandbox whose wall clock (`timeout_s`) starts now: its total is at
-    most that limit, and the judge counts from the parent's start, not its own."""
+    most that limit, and the judge counts from the parent's start, not its own. `shares` (the
+    sandbox's `stage_shares`, from the `sandbox.stage_budget` setting) replace the job's own."""
     total = min(budget.total_s, timeout_s) if budget.total_s > 0 else timeout_s
-    return dataclasses.replace(budget, total_s=float(total),
+    return dataclasses.replace(budget, total_s=float(total), **dict(shares),
                                started_monotonic=time.monotonic() if now is None else now)
+
+
+def last_stage_mark(stderr_tail: str) -> str:
+    """The last stage mark in a child's stderr, in words ('' when none): what the hard-limit
+    verdict says of where the job was."""
+    marks = _MARK_LINE.findall(stderr_tail)
+    if not marks:
+        return ""
+    group, at = marks[-1]
+    return f"the judge's last stage mark on stderr: {group}, from {at} s"
+
+
+def parse_shares(text: str) -> dict[str, float]:
+    """`build=0.7,correctness=0.2,...` (any of the four groups; '' for the defaults) as shares;
+    a ValueError saying what is wrong otherwise (also shares that add up to more than 1)."""
+    shares: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.partition("=")
+        name = name.strip()
+        if not sep or name not in GROUPS:
+            raise ValueError(f"stage budget part {part!r}: use GROUP=FRACTION with GROUP one of {', '.join(GROUPS)}")
+        if name in shares:
+            raise ValueError(f"stage budget names {name} twice")
+        try:
+            shares[name] = float(value)
+        except ValueError:
+            raise ValueError(f"stage budget part {part!r}: {value.strip()!r} is not a number") from None
+    StageBudget(**shares)  # the fractions' own checks: each in [0, 1], at most 1 in all
+    return shares
 
 
 def reserve_s(total_s: float) -> float:
@@ -133,11 +176,16 @@ class StageClock:
             if self._closed or self.ran_out is not None:  # the verdict is the one kept when it ran out
                 return
             now = self._now()
-            if group != self._group:
+            changed = group != self._group
+            if changed:
                 if self._group:
                     self.used[self._group] = round(self.used.get(self._group, 0.0) + now - self._entered, 3)
                 self._group, self._entered = group, now
             self.stage, self._kept = stage, kept
+        if changed:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.write(f"{STAGE_MARK}{group} at {now - self.origin:.1f} s\n")
+                sys.stderr.flush()
         if self._thread is None:
             self._thread = threading.Thread(target=self._watch, name="agentforge-stage-clock", daemon=True)
             self._thread.start()

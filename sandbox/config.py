@@ -62,6 +62,7 @@ class SandboxConfig:
     prebuild_headers: bool = False  # the parent precompiles torch's extension header for load_inline candidates
     keep_workdir: bool = False  # leave the workdir (stdout, stderr, build files) after the run
     kill_grace_s: float = 2.0  # SIGTERM to SIGKILL of the process group at the end
+    stage_shares: tuple[tuple[str, float], ...] = ()  # replace the jobs' StageBudget shares (stage_budget.py)
     extra: dict[str, Any] = field(default_factory=dict)  # backend-specific options (e.g. ray)
 
     def __post_init__(self) -> None:
@@ -73,6 +74,10 @@ class SandboxConfig:
             )
         if ":" not in self.entry:
             raise ValueError(f"sandbox entry must be 'module:function', got {self.entry!r}")
+        if self.stage_shares:
+            from agentforge.evaluator.stage_budget import parse_shares
+
+            parse_shares(",".join(f"{k}={v}" for k, v in self.stage_shares))  # a ValueError saying what is wrong
         for name in ("timeout_s", "memory_gb", "cpu_seconds", "file_size_mb", "max_processes", "disk_gb"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):  # NaN compares false: it would disable the limit
@@ -98,5 +103,12 @@ def from_settings(settings: SandboxSettings, cache_dir: str) -> SandboxConfig:
         docker_image=settings.docker_image,
         prebuild_headers=bool(settings.prebuild_headers),
         warm_spares=int(settings.warm_spares),
+        stage_shares=tuple(_shares(settings.stage_budget).items()),
         extra=extra,
     )
+
+
+def _shares(text: str) -> dict[str, float]:
+    from agentforge.evaluator.stage_budget import parse_shares
+
+    return parse_shares(text)

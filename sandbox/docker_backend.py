@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from agentforge.evaluator import stage_budget
 from agentforge.evaluator.result import EvalJob, EvalResult
 from agentforge.sandbox import channel, reaper, verdict
 from agentforge.sandbox.config import NOBODY, SandboxConfig
@@ -112,7 +113,11 @@ class DockerBackend:
             cache.chmod(0o777)
         job_dir.chmod(0o711)
         on_cuda = job.device.startswith("cuda")
-        inner_job = dataclasses.replace(job, cache_dir=CACHE, device="cuda:0" if on_cuda else job.device)
+        # The container shares the host's CLOCK_MONOTONIC (no time namespace): the judge counts
+        # the stages' shares from now, a little before the container starts, never after.
+        budget = stage_budget.for_sandbox(job.budget, cfg.timeout_s, shares=cfg.stage_shares)
+        inner_job = dataclasses.replace(job, cache_dir=CACHE, device="cuda:0" if on_cuda else job.device,
+                                        budget=budget)
         limits = dataclasses.replace(limits_for(cfg, job), max_processes=None)  # pids cgroup instead
         request = ChildRequest(entry=cfg.entry, job=inner_job, workdir=WORKDIR, limits=limits,
                                torch_switches=cfg.torch_switches)

@@ -204,7 +204,8 @@ class ProcessBackend:
             workdir, plan, python = self._prepare(job_dir)
         if cfg.prebuild_headers and "load_inline" in job.candidate_source:
             header_prebuild.start(plan.cache_dir, job.candidate_source, python)
-        budget = stage_budget.for_sandbox(job.budget, cfg.timeout_s)  # each stage's share of the wall clock
+        # each stage's share of the wall clock
+        budget = stage_budget.for_sandbox(job.budget, cfg.timeout_s, shares=cfg.stage_shares)
         request = ChildRequest(entry=cfg.entry, job=dataclasses.replace(job, cache_dir=plan.cache_dir, budget=budget),
                                workdir=str(workdir), limits=limits_for(cfg, job),
                                drop_to_uid=plan.drop_to_uid, mounts=plan.mounts,

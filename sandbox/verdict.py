@@ -13,6 +13,7 @@ import signal
 import socket
 
 from agentforge.evaluator.result import ErrorRecord, EvalJob, EvalProvenance, EvalResult, Stage, Status
+from agentforge.evaluator.stage_budget import last_stage_mark
 from agentforge.sandbox.watchdog import Breach
 
 from agentforge.candidate import code_hash
@@ -72,8 +73,11 @@ def failure(job: EvalJob, status: Status, error: ErrorRecord, info: RunInfo) -> 
 
 
 def timeout(job: EvalJob, budget_s: float, stderr_tail: str, info: RunInfo) -> EvalResult:
-    error = ErrorRecord(type="Timeout", message=f"wall-clock budget of {budget_s:g} s ran out",
-                        stderr_tail=stderr_tail)
+    """The hard limit: the parent killed the child. Its stage stays `sandbox`; the message adds the
+    judge's last stage mark on stderr when there is one (`stage_budget.last_stage_mark`)."""
+    mark = last_stage_mark(stderr_tail)
+    message = f"wall-clock budget of {budget_s:g} s ran out" + (f" ({mark})" if mark else "")
+    error = ErrorRecord(type="Timeout", message=message, stderr_tail=stderr_tail)
     return failure(job, Status.TIMEOUT, error, info)
 
 

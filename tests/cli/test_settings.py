@@ -25,6 +25,8 @@ from agentforge.settings import Settings, SettingsError, load_settings
     ("AGENTFORGE_SANDBOX_WORKERS", "-2", "at least 1"),
     ("AGENTFORGE_PROVIDER_TEMPERATURE", "nan", "finite"),
     ("AGENTFORGE_SANDBOX_ISOLATION", "nope", "choose one of: auto, bwrap, unshare, none"),
+    ("AGENTFORGE_SANDBOX_STAGE_BUDGET", "bild=0.5", "GROUP=FRACTION"),
+    ("AGENTFORGE_SANDBOX_STAGE_BUDGET", "build=0.9,timing=0.2", "add up to 1.25, over 1"),
 ])
 def test_bad_environment_value_names_the_variable(var: str, value: str, expected: str) -> None:
     with pytest.raises(SettingsError) as caught:
@@ -85,3 +87,11 @@ def test_validate_checks_settings_built_in_code() -> None:
     with pytest.raises(SettingsError, match="AGENTFORGE_SANDBOX_TIMEOUT_S"):
         settings.validate()
     assert Settings().validate() is not None
+
+
+def test_stage_shares_reach_the_sandbox_config(tmp_path: Path) -> None:
+    from agentforge.sandbox.config import from_settings
+
+    settings = load_settings(env={"AGENTFORGE_SANDBOX_STAGE_BUDGET": "build=0.6, timing=0.2"}, file=None)
+    assert from_settings(settings.sandbox, str(tmp_path)).stage_shares == (("build", 0.6), ("timing", 0.2))
+    assert from_settings(load_settings(env={}, file=None).sandbox, str(tmp_path)).stage_shares == ()

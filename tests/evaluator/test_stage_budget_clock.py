@@ -89,3 +89,36 @@ def test_stages_entered_after_one_ran_out_change_nothing() -> None:
     clock.enter(Stage.PROFILE, _result(Status.OK, Stage.PROFILE))  # the judge went on regardless
     verdict = clock.close(_result(Status.OK, Stage.DONE))
     assert verdict.status == Status.TIMEOUT and verdict.stage == Stage.TIMING
+
+
+def test_shares_are_read_from_text_and_bad_text_is_said() -> None:
+    assert stage_budget.parse_shares("") == {}
+    assert stage_budget.parse_shares(" build=0.6, timing = .2 ") == {"build": 0.6, "timing": 0.2}
+    for text, words in [("bild=0.5", "GROUP=FRACTION"), ("build=x", "not a number"), ("build=0.5,build=0.4", "twice"),
+                        ("build=0.9,timing=0.2", "over 1"), ("profile=1.5", "fractions in")]:
+        with pytest.raises(ValueError, match=words):
+            stage_budget.parse_shares(text)
+
+
+def test_the_sandbox_s_shares_replace_the_job_s_and_keep_the_rest() -> None:
+    budget = stage_budget.for_sandbox(StageBudget(build=0.5), 100.0, now=1.0, shares=(("timing", 0.2),))
+    assert (budget.build, budget.correctness, budget.timing, budget.profile) == (0.5, 0.10, 0.2, 0.05)
+    with pytest.raises(ValueError, match="over 1"):
+        stage_budget.for_sandbox(StageBudget(), 100.0, shares=(("correctness", 0.5),))
+
+
+def test_the_stage_mark_is_found_last_first_and_only_as_the_clock_writes_it() -> None:
+    tail = ("agentforge judge: stage build at 0.1 s\nnoise\nagentforge judge: stage correctness at 2.5 s\n"
+            "candidate says: agentforge judge: stage profile at 9.0 s\n")
+    assert stage_budget.last_stage_mark(tail) == "the judge's last stage mark on stderr: correctness, from 2.5 s"
+    assert stage_budget.last_stage_mark("nothing here") == ""
+
+
+def test_the_clock_marks_each_stage_group_once_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    clock = stage_budget.StageClock(StageBudget(total_s=60.0))
+    for stage in (Stage.TASK, Stage.BUILD, Stage.LOAD, Stage.CORRECTNESS, Stage.INTEGRITY, Stage.TIMING):
+        clock.enter(stage, _result())
+    clock.close(_result(Status.OK, Stage.DONE))
+    lines = capsys.readouterr().err.splitlines()
+    marks = [line.split()[3] for line in lines if line.startswith(stage_budget.STAGE_MARK)]
+    assert marks == ["build", "correctness", "timing"]

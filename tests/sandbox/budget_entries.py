@@ -20,3 +20,15 @@ def stuck_in_timing(job: EvalJob) -> EvalResult:
     clock.enter(Stage.TIMING, base)
     time.sleep(3600)  # the judge's own baseline, say, that never returns
     return clock.close(base)
+
+
+def stuck_holding_the_gil(job: EvalJob) -> EvalResult:
+    """The judge stuck in a native call that keeps the GIL (ctypes.PyDLL does not release it), so
+    the stage clock's thread cannot run either: only the parent's hard limit ends the job."""
+    import ctypes
+
+    clock = StageClock(job.budget)
+    clock.enter(Stage.CORRECTNESS, None)
+    clock.enter(Stage.TIMING, None)
+    ctypes.PyDLL(None).sleep(3600)
+    raise AssertionError("unreachable")

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from agentforge.evaluator import stage_budget
 from agentforge.evaluator.result import EvalJob, Measure, Stage, StageBudget, Status, TimingConfig
 from agentforge.sandbox import SandboxConfig, run
 from sandbox_helpers import HERE, make_job
@@ -96,3 +97,28 @@ def test_a_stuck_judge_still_hands_back_the_kept_verdict(tmp_path: Path) -> None
     assert result.error is not None and result.error.type == "StageTimeout"
     assert result.correct  # the kept record came back
     assert result.provenance.sandbox.startswith("process")
+
+
+def test_a_judge_that_holds_the_gil_is_ended_by_the_hard_limit_which_names_the_last_stage(tmp_path: Path) -> None:
+    """Past the clock's grace only the parent's limit is left; its verdict stays at the sandbox
+    stage (stderr is the candidate's to write too) but its message says the judge's last mark."""
+    config = SandboxConfig(entry="budget_entries:stuck_holding_the_gil", python_paths=(str(HERE),),
+                           torch_switches=False, timeout_s=4.0, workdir_root=str(tmp_path / "work"),
+                           cache_dir=str(tmp_path / "cache"), kill_grace_s=0.5)
+    result = run(make_job("pass"), config)
+    assert result.status == Status.TIMEOUT and result.stage == Stage.SANDBOX, result.error
+    assert result.error is not None and result.error.type == "Timeout"
+    assert result.error.message.startswith("wall-clock budget of 4 s ran out (the judge's last stage mark on "
+                                           "stderr: timing, from "), result.error.message
+
+
+def test_the_sandbox_s_stage_shares_replace_the_job_s(tmp_path: Path) -> None:
+    config = SandboxConfig(entry="budget_entries:stuck_in_timing", python_paths=(str(HERE),), torch_switches=False,
+                           timeout_s=8.0, workdir_root=str(tmp_path / "work"), cache_dir=str(tmp_path / "cache"),
+                           kill_grace_s=0.5, stage_shares=(("build", 0.3), ("correctness", 0.1), ("timing", 0.1)))
+    result = run(make_job("pass"), config)
+    assert result.status == Status.TIMEOUT and result.stage == Stage.TIMING, result.error
+    report = result.provenance.track_settings["stage_budget"]
+    usable = 8.0 - stage_budget.reserve_s(8.0)
+    assert report["deadlines_s"]["timing"] == pytest.approx(0.5 * usable, abs=1e-3)
+    assert report["ran_out"]["deadline_s"] == pytest.approx(0.5 * usable, abs=1e-3)
