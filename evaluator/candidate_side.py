@@ -33,7 +33,7 @@ from agentforge.evaluator.guards import (
 from agentforge.evaluator.loading import load_candidate
 from agentforge.evaluator.result import to_plain
 from agentforge.evaluator.stage_correctness import fingerprint, set_mode
-from agentforge.evaluator.timing import CacheFlusher
+from agentforge.evaluator.timing import CacheFlusher, head_start
 from agentforge.sandbox.arena import Arena
 from agentforge.sandbox.wire import SharedFile
 from torch.profiler import record_function
@@ -277,6 +277,8 @@ class Worker:
         with torch.no_grad(), record_function(window):
             if self.device.type == "cuda":
                 start, end, closed = (_Event(enable_timing=True) for _ in range(3))
+                if request.get("head_start"):
+                    head_start()
                 start.record()
                 out = fn(*inputs)
                 end.record()

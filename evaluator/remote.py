@@ -307,6 +307,7 @@ class RemoteModel:
         self.clock = Clock()
         self.cpu_clock = process_cpu_clock(client.pid)
         self.flush = True
+        self.head_start = False  # TimingConfig.head_start: the worker queues it before its start event
         self.null_like: list[list[Any]] = []
         self._arena: Arena | None = None
         self._landing: Arena | None = None
@@ -366,7 +367,7 @@ class RemoteModel:
         fields, sent = self._arena_inputs(buffers)
         landing, sent_landing = self._landing_fields()
         try:
-            reply = self.client.request("time", key=key, want_output=want_output,
+            reply = self.client.request("time", key=key, want_output=want_output, head_start=self.head_start,
                                         null_like=self.null_like, **fields, **landing)
         finally:
             _close(sent + sent_landing)

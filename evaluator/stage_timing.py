@@ -241,7 +241,7 @@ def measure(task: Task, shape: str, candidate: RemoteModel, reference: torch.nn.
         result = compare(output, eager, task.dtype, atol=2 * tolerance[0], rtol=2 * tolerance[1], dtypes=dtypes)
         return None if result.passed else f"repetition {rep}, against eager: {result.message or result.failed_check}"
 
-    candidate.flush = config.flush_l2
+    candidate.flush, candidate.head_start = config.flush_l2, config.head_start
     if outputs_like is None:
         outputs_like = reference(*buffers)
     candidate.calibrate(task_precision(outputs_like, dtypes))

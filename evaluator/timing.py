@@ -11,9 +11,10 @@ the shared last level warm).
 On CUDA a call is timed with events on the current stream, and a second end event is recorded
 after a device-wide synchronize: a candidate whose work ends well after its stream's end event
 (a side stream, an async launch from a thread) is flagged and timed by the closed event. A short
-device-side wait queued before the start event (`head_start`, switched by `HEAD_START`) lets the
-host enqueue the call's kernels while the GPU waits, so launch overhead stays outside the window,
-as in Triton's `do_bench`. On the CPU the same loop uses the monotonic clock.
+device-side wait queued before the start event (`head_start`, switched by
+`TimingConfig.head_start`, on the judge's side and in the candidate's worker alike) lets the host
+enqueue the call's kernels while the GPU waits, so launch overhead stays outside the window, as in
+Triton's `do_bench`. On the CPU the same loop uses the monotonic clock.
 """
 
 from __future__ import annotations
@@ -37,11 +38,6 @@ _sleep = getattr(torch.cuda, "_sleep", None)
 
 # About 100 us at H100 clocks: longer than the host needs to enqueue a module's few launches.
 HEAD_START_CYCLES = 200_000
-# Whether `_time_call_cuda` queues the head start. Off until the candidate worker's timer
-# (candidate_side.Worker.handle_time) calls `head_start()` too: one side alone would time the
-# baselines without their launch overhead and the candidate with it, a bias of several
-# microseconds per call against every small candidate. `make gpu-check` measures both ways.
-HEAD_START = False
 
 
 @dataclass
@@ -189,11 +185,11 @@ def stats(samples_us: list[float]) -> TimingStats:
     )
 
 
-def _time_call_cuda(fn: Callable[..., Any], args: list[Any]) -> tuple[float, float, Any]:
+def _time_call_cuda(fn: Callable[..., Any], args: list[Any], head: bool = False) -> tuple[float, float, Any]:
     """(stream time, device-closed time, output). The second end event is recorded after a
-    device-wide synchronize: work on any stream is inside it."""
+    device-wide synchronize: work on any stream is inside it. `head`: queue `head_start` first."""
     start, end, closed = _Event(enable_timing=True), _Event(enable_timing=True), _Event(enable_timing=True)
-    if HEAD_START:
+    if head:
         head_start()
     start.record()
     out = fn(*args)
@@ -204,7 +200,7 @@ def _time_call_cuda(fn: Callable[..., Any], args: list[Any]) -> tuple[float, flo
     return start.elapsed_time(end) * 1e3, start.elapsed_time(closed) * 1e3, out
 
 
-def _time_call_cpu(fn: Callable[..., Any], args: list[Any]) -> tuple[float, float, Any]:
+def _time_call_cpu(fn: Callable[..., Any], args: list[Any], head: bool = False) -> tuple[float, float, Any]:
     begin = _perf_counter_ns()
     out = fn(*args)
     elapsed = (_perf_counter_ns() - begin) / 1e3
@@ -253,7 +249,7 @@ def run_interleaved(
             if subject.timer is not None:
                 device_us, closed_us, out = subject.timer(buffers)
             else:
-                device_us, closed_us, out = timer(subject.fn, buffers)
+                device_us, closed_us, out = timer(subject.fn, buffers, config.head_start)
             subject.samples_us.append(device_us)
             subject.closed_us.append(closed_us)
             if subject.name in ("candidate", "eager") and crosscheck is not None:

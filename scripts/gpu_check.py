@@ -27,6 +27,7 @@ library, torch, numpy, triton and the project (whose evaluator and sandbox need 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import importlib
 import json
@@ -242,15 +243,12 @@ def step_timing_fidelity(state: dict[str, Any], deadline: float) -> dict[str, An
     rows: dict[str, dict[str, Any]] = {}
     for name, fn in kernels.items():
         medians = {}
-        for head in (timing.HEAD_START, not timing.HEAD_START):  # as configured, then the other way
-            saved, timing.HEAD_START = timing.HEAD_START, head
-            try:
-                subject = timing.Subject(name, lambda *_, fn=fn: fn())
-                run = timing.run_interleaved([subject], [], lambda rep: None, device, config, None)
-            finally:
-                timing.HEAD_START = saved
+        for head in (config.head_start, not config.head_start):  # as configured, then the other way
+            subject = timing.Subject(name, lambda *_, fn=fn: fn())
+            run = timing.run_interleaved([subject], [], lambda rep: None, device,
+                                         dataclasses.replace(config, head_start=head), None)
             medians[head] = statistics.median(run.subjects[name].samples_us)
-        evaluator_us = medians[timing.HEAD_START]
+        evaluator_us = medians[config.head_start]
         do_bench_us = triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e3
         rows[name] = {"evaluator_us": round(evaluator_us, 3), "do_bench_us": round(do_bench_us, 3),
                       "evaluator_head_start_us": round(medians[True], 3),
