@@ -7,9 +7,9 @@ The sandbox-level proof is in the exploit corpus (`cases/native_loader_walk_blas
 from __future__ import annotations
 
 import os
-import time
+import subprocess
+import sys
 
-import numpy as np
 import pytest
 from agentforge.evaluator import integrity
 from agentforge.evaluator.native_sampler import NativeSampler, classify
@@ -33,37 +33,41 @@ def test_classify(path: str, kind: str) -> None:
     assert classify(path, ("/cache/build-uid1",)) == kind
 
 
-def _child(work: str, seconds: float) -> tuple[int, int]:
-    """A forked child that waits for a byte, then works `seconds` (BLAS or a Python loop), then exits."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(write_end)
-        os.read(read_end, 1)
-        a = np.ones((160, 160), dtype=np.float32)
-        end = time.perf_counter() + seconds
-        total = 0
-        while time.perf_counter() < end:
-            if work == "blas":
-                a @ a
-            else:
-                total += sum(range(200))
-        os._exit(0)
-    os.close(read_end)
-    return pid, write_end
+CHILD = """
+import sys, time
+import numpy as np
+a = np.ones((160, 160), dtype=np.float32)
+print("ready", flush=True)
+sys.stdin.read(1)
+work, end, total = sys.argv[1], time.perf_counter() + float(sys.argv[2]), 0
+while time.perf_counter() < end:
+    if work == "blas":
+        a @ a
+    else:
+        total += sum(range(200))
+"""
+
+
+def _child(work: str, seconds: float) -> subprocess.Popen[str]:
+    """A child that has imported numpy and waits for a byte, then works `seconds` (BLAS or a Python
+    loop), then exits. One BLAS thread, as the sandbox gives a worker (`cpu_threads`): a forked
+    copy of this process would start OpenBLAS's pool again, whose idle threads spin in libc."""
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, work, str(seconds)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    return proc
 
 
 def _sample(work: str, op: str, key: str | None = None) -> dict:
-    pid, go = _child(work, 0.4)
-    sampler = NativeSampler.open(pid)
+    child = _child(work, 0.4)
+    sampler = NativeSampler.open(child.pid)
     if not sampler.available:
-        os.write(go, b"x")
-        os.waitpid(pid, 0)
+        child.communicate("x")
         pytest.skip(f"perf events unavailable here: {sampler.why}")
     sampler.set_own_roots((OWN,))
     sampler.on_request(op, key)
-    os.write(go, b"x")
-    os.waitpid(pid, 0)
+    child.communicate("x")
     sampler.on_request(None)
     return sampler.finish()
 
