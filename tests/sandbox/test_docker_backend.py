@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agentforge.evaluator.result import Status
+from agentforge.evaluator import stage_budget
+from agentforge.evaluator.result import Stage, Status
 from agentforge.sandbox import run
 from agentforge.sandbox.docker_backend import DockerBackend
 from sandbox_helpers import fake_config, make_job
@@ -118,3 +119,17 @@ def test_fake_stdout_result_does_not_fool_the_parent(tmp_path: Path, docker_imag
     result = _run(tmp_path, docker_image, source)
     assert result.status == Status.CRASH
     assert result.error is not None and result.error.type == "NoResult"
+
+
+def test_container_judge_counts_the_stage_budget(tmp_path: Path, docker_image: str) -> None:
+    """The Docker sandbox stamps the budget as the process sandbox does: the judge's stage clock is
+    live in the container, and a judge stuck in timing is answered by it before the hard limit."""
+    config = fake_config(tmp_path, kind="docker", docker_image=docker_image, timeout_s=20.0,
+                         stage_shares=(("build", 0.5), ("correctness", 0.1), ("timing", 0.1)))
+    config = config.replace(entry="budget_entries:stuck_in_timing")
+    result = run(make_job("pass"), config)
+    assert result.status == Status.TIMEOUT and result.stage == Stage.TIMING, result.error
+    assert result.error is not None and result.error.type == "StageTimeout"
+    report = result.provenance.track_settings["stage_budget"]
+    assert report["total_s"] == 20.0 and report["ran_out"]["group"] == "timing"
+    assert report["deadlines_s"]["timing"] == pytest.approx(0.7 * (20.0 - stage_budget.reserve_s(20.0)), abs=1e-3)
