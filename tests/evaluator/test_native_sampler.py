@@ -34,7 +34,7 @@ def test_classify(path: str, kind: str) -> None:
 
 
 CHILD = """
-import sys, time
+import os, sys, time
 import numpy as np
 a = np.ones((160, 160), dtype=np.float32)
 print("ready", flush=True)
@@ -45,6 +45,8 @@ while time.perf_counter() < end:
         a @ a
     else:
         total += sum(range(200))
+sys.stdout.flush()
+os._exit(0)  # no interpreter shutdown in the window: numpy's finalisation runs OpenBLAS code
 """
 
 
@@ -147,11 +149,10 @@ def test_own_floor_is_the_tasks() -> None:
 
 
 def test_stopped_sampler_reports_why() -> None:
-    pid, go = _child("python", 0.05)
-    sampler = NativeSampler.open(pid)
+    child = _child("python", 0.05)
+    sampler = NativeSampler.open(child.pid)
     sampler.stop("not sampled on a CUDA device")
     sampler.on_request("time", "k")
-    os.write(go, b"x")
-    os.waitpid(pid, 0)
+    child.communicate("x")
     assert sampler.finish() == {"available": False, "why": "not sampled on a CUDA device"}
     assert sampler.self_fd < 0 and not sampler.rings
