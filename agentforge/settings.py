@@ -83,10 +83,6 @@ class SandboxSettings:
     stage_budget: str = _s("", "each stage's share of timeout_s, e.g. 'build=0.6,correctness=0.2,timing=0.1,"
                            "profile=0.1' (groups left out keep their defaults: build 0.80, correctness 0.10, "
                            "timing 0.05, profile 0.05; the shares add up to at most 1)",
-                           pattern=r"\s*|(\s*(build|correctness|timing|profile)\s*=\s*(\d+\.?\d*|\.\d+)\s*)"
-                                   r"(,\s*(build|correctness|timing|profile)\s*=\s*(\d+\.?\d*|\.\d+)\s*)*",
-                           pattern_help="GROUP=FRACTION[,GROUP=FRACTION...] with GROUP one of build, correctness, "
-                                        "timing, profile and each FRACTION between 0 and 1",
                            check=lambda text: _stage_budget_problem(text))
 
 

@@ -165,11 +165,13 @@ def l2_persistence_found(carve_out: int | None, window: int | None) -> str:
 
 def take_l2_persistence(stream: int) -> str:
     """Read the persisting-L2 state a candidate may have set (the context's carve-out, the stream's
-    access window), put it back to none, and say what was found ('' when nothing, or no GPU). Lines
-    already marked persisting are reset to normal, so the next cache flush evicts them."""
+    access window), put it back to none, and say what was found ('' when nothing, or no GPU).
+    The reset runs whatever was read: a candidate that set the carve-out back to 0 before its call
+    returned may still have lines marked persisting, and the reset makes them normal, so the next
+    cache flush evicts them."""
     found = l2_persistence_found(persisting_l2_bytes(), access_window_bytes(stream))
+    reset_persisting_l2()
     if found:
-        reset_persisting_l2()
         clear_access_window(stream)
     return found
 

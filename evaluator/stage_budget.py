@@ -101,7 +101,16 @@ def parse_shares(text: str) -> dict[str, float]:
             shares[name] = float(value)
         except ValueError:
             raise ValueError(f"stage budget part {part!r}: {value.strip()!r} is not a number") from None
-    StageBudget(**shares)  # the fractions' own checks: each in [0, 1], at most 1 in all
+    return check_shares(shares)
+
+
+def check_shares(shares: dict[str, float]) -> dict[str, float]:
+    """`shares` when they name stage groups and make a valid budget with the other defaults
+    (each in [0, 1], at most 1 in all); a ValueError saying what is wrong otherwise."""
+    unknown = sorted(set(shares) - set(GROUPS))
+    if unknown:
+        raise ValueError(f"stage budget names {', '.join(unknown)}; the groups are {', '.join(GROUPS)}")
+    StageBudget(**shares)
     return shares
 
 

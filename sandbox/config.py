@@ -75,9 +75,9 @@ class SandboxConfig:
         if ":" not in self.entry:
             raise ValueError(f"sandbox entry must be 'module:function', got {self.entry!r}")
         if self.stage_shares:
-            from agentforge.evaluator.stage_budget import parse_shares
+            from agentforge.evaluator.stage_budget import check_shares
 
-            parse_shares(",".join(f"{k}={v}" for k, v in self.stage_shares))  # a ValueError saying what is wrong
+            check_shares(dict(self.stage_shares))
         for name in ("timeout_s", "memory_gb", "cpu_seconds", "file_size_mb", "max_processes", "disk_gb"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):  # NaN compares false: it would disable the limit
@@ -89,6 +89,8 @@ class SandboxConfig:
 
 def from_settings(settings: SandboxSettings, cache_dir: str) -> SandboxConfig:
     """The per-job sandbox config from the CLI's settings (`Settings.sandbox`, `Settings.cache_dir`)."""
+    from agentforge.evaluator.stage_budget import parse_shares
+
     extra: dict[str, Any] = {}
     if settings.ray_address:
         extra["ray_address"] = settings.ray_address
@@ -103,12 +105,6 @@ def from_settings(settings: SandboxSettings, cache_dir: str) -> SandboxConfig:
         docker_image=settings.docker_image,
         prebuild_headers=bool(settings.prebuild_headers),
         warm_spares=int(settings.warm_spares),
-        stage_shares=tuple(_shares(settings.stage_budget).items()),
+        stage_shares=tuple(parse_shares(settings.stage_budget).items()),
         extra=extra,
     )
-
-
-def _shares(text: str) -> dict[str, float]:
-    from agentforge.evaluator.stage_budget import parse_shares
-
-    return parse_shares(text)
