@@ -17,7 +17,16 @@ HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo yes)
 DEMO_ARGS ?= $(if $(HAS_GPU),--backend cuda,--backend cpu --quick --no-compile-baseline)
 DEMO_ROUNDS ?= 3
 
-.PHONY: setup system-deps test lint demo clean gpu-check
+# A second environment with a CUDA build of torch (no GPU needed): the tests marked `cuda_build`
+# run the GPU path's real load_inline builds in it (nvcc, linked against libtorch_cuda, imported),
+# which a CPU-only torch cannot link. Made by `make test` where nvcc is installed. Its interpreter
+# is the system's python3 where there is one, so the sandbox user (uid 65534) can run it too.
+CUDA_VENV ?= .venv-cuda
+TORCH_CUDA_SPEC ?= torch==2.14.1
+CUDA_VENV_PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
+HAS_NVCC := $(shell command -v nvcc >/dev/null 2>&1 || test -x /usr/local/cuda/bin/nvcc && echo yes)
+
+.PHONY: setup system-deps test lint demo clean gpu-check cuda-venv
 
 $(VENV)/.installed: pyproject.toml setup.py
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -27,6 +36,14 @@ $(VENV)/.installed: pyproject.toml setup.py
 
 setup: $(VENV)/.installed
 
+$(CUDA_VENV)/.installed: pyproject.toml setup.py
+	test -x $(CUDA_VENV)/bin/python || $(CUDA_VENV_PYTHON) -m venv $(CUDA_VENV)
+	$(CUDA_VENV)/bin/python -m pip install -q $(TORCH_CUDA_SPEC) numpy
+	$(CUDA_VENV)/bin/python -m pip install -q --no-deps --no-build-isolation -e .
+	touch $@
+
+cuda-venv: $(CUDA_VENV)/.installed
+
 # Optional system tools some tests use (bubblewrap for the sandbox, PostgreSQL for the store);
 # installed when we are root with apt, otherwise those tests skip and say why.
 system-deps:
@@ -35,7 +52,7 @@ system-deps:
 lint: setup
 	$(VENV)/bin/ruff check .
 
-test: setup system-deps lint
+test: setup system-deps lint $(if $(HAS_NVCC),cuda-venv)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 # Without a GPU the CPU's ceilings are measured first (about 6 s, on the one thread the evaluator
@@ -55,4 +72,4 @@ gpu-check:
 	$(GPU_CHECK_PY) scripts/gpu_check.py $(if $(OUT),--out $(OUT)) $(GPU_CHECK_ARGS)
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(CUDA_VENV) runs .pytest_cache .ruff_cache

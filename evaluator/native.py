@@ -246,7 +246,8 @@ def torch_build_plan(folder: Path, name: str, sources: Sequence[Path], *, extra_
     torch's flags (`-std=c++20`, `-fPIC`, `-DTORCH_API_INCLUDE_EXTENSION_H`, its include paths,
     and for nvcc `COMMON_NVCC_FLAGS` such as `-D__CUDA_NO_HALF_OPERATORS__`) then come from the
     installed torch, never from a copy here. A CPU-only torch knows no CUDA toolkit
-    (`CUDA_HOME` is None): `cuda_home` stands in for it while the file is written. Include the
+    (`CUDA_HOME` is None), and a CUDA torch may know one without headers (`torch_cuda_home`):
+    `cuda_home` stands in for it while the file is written. Include the
     arch in `extra_cuda_cflags`, or torch asks the local GPU for one."""
     from torch.utils import cpp_extension
 
@@ -258,7 +259,7 @@ def torch_build_plan(folder: Path, name: str, sources: Sequence[Path], *, extra_
                      is_standalone=False)
     accepted = inspect.signature(write).parameters
     saved = cpp_extension.CUDA_HOME
-    if with_cuda and saved is None:
+    if with_cuda and cuda_home and not has_cuda_headers(saved):  # none, or one without headers
         cpp_extension.CUDA_HOME = cuda_home
     try:
         write(**{k: v for k, v in arguments.items() if k in accepted})
@@ -392,11 +393,39 @@ def _inline_plan(folder: Path, name: str, with_cuda: bool, extra_cflags: Sequenc
     return torch_build_plan(folder, name, sources, extra_cflags=extra_cflags, with_cuda=with_cuda,
                             extra_cuda_cflags=["-gencode=arch=compute_90a,code=sm_90a"] if with_cuda else [],
                             extra_include_paths=extra_include_paths,
-                            cuda_home=_local_cuda_home() if with_cuda else None)
+                            cuda_home=local_cuda_home() if with_cuda else None)
 
 
-def _local_cuda_home() -> str | None:
-    """The local toolkit, for a CPU-only torch that knows none (a compile-only CUDA build's plan)."""
+def has_cuda_headers(home: str | None) -> bool:
+    return bool(home) and (Path(str(home)) / "include" / "cuda_runtime_api.h").is_file()
+
+
+@contextlib.contextmanager
+def torch_cuda_home(with_cuda: bool) -> Iterator[str | None]:
+    """torch's `CUDA_HOME` for one CUDA build, corrected when it holds no CUDA headers.
+
+    torch takes the toolkit root from `CUDA_HOME`, else from the folder above `which nvcc`: where
+    nvcc on the path is a wrapper script (`/usr/local/bin/nvcc` that execs the real one), that is
+    `/usr/local`, and every `load_inline` with CUDA fails on `cuda_runtime_api.h: No such file`.
+    The root nvcc itself reports (`compile_only.cuda_home`) stands in for the build."""
+    from torch.utils import cpp_extension
+
+    saved = cpp_extension.CUDA_HOME
+    chosen = saved
+    if with_cuda and not has_cuda_headers(saved):
+        local = local_cuda_home()
+        if has_cuda_headers(local):
+            chosen = local
+    cpp_extension.CUDA_HOME = chosen
+    try:
+        yield chosen
+    finally:
+        cpp_extension.CUDA_HOME = saved
+
+
+def local_cuda_home() -> str | None:
+    """The toolkit root nvcc reports: for a CPU-only torch that knows none (a compile-only CUDA
+    build's plan), and for a CUDA torch whose guess holds no headers."""
     from agentforge.evaluator import compile_only
 
     nvcc = compile_only.find_nvcc()
@@ -438,7 +467,7 @@ def cached_load_inline(name: str, cpp_sources: Any = (), cuda_sources: Any = (),
                                            includes)
     captured = None
     try:
-        with _captured_build_output() as captured:
+        with _captured_build_output() as captured, torch_cuda_home(bool(cuda) or bool(with_cuda)):
             module = _torch_load_inline()(
                 unique_name, cpp_sources=cpp, cuda_sources=cuda or None, functions=functions,
                 extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,

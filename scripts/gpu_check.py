@@ -370,8 +370,15 @@ def prebuild(kernels: list[Any], workers: int) -> dict[str, Any]:
     """CUDA builds in parallel before the (serial, GPU-exclusive) evaluations."""
     from concurrent.futures import ProcessPoolExecutor
 
+    from agentforge.sandbox.isolation import blocking_ancestor
     from agentforge.sandbox.process_backend import prepare_cache
 
+    if os.geteuid() == 0:  # the builds run as the sandbox user: it must reach this interpreter
+        blocked = [b for b in {blocking_ancestor(p, SANDBOX_UID) for p in (sys.prefix, sys.base_prefix)} if b]
+        if blocked:
+            return {"kernels": 0, "seconds": 0.0, "failed": {}, "skipped":
+                    f"uid {SANDBOX_UID} cannot traverse {', '.join(sorted(blocked))} to this interpreter: each "
+                    "sandboxed evaluation builds its own kernel (the sandbox binds those paths in)"}
     cache = WORK / "cache"
     prepare_cache(str(cache), SANDBOX_UID if os.geteuid() == 0 else None)
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(cache / "torch_extensions"))
@@ -400,7 +407,11 @@ def step_reference(state: dict[str, Any], deadline: float) -> dict[str, Any]:
     marker = WORK / "cache" / ".prebuilt"
     if not marker.exists():  # a fresh machine: its build cache is empty, whatever the state says
         todo = [k for k in kernels if f"{k.gpu}/{k.task_name}" not in done]
-        state.setdefault("prebuild", []).append(prebuild(todo, workers=max(1, min(8, (os.cpu_count() or 2) // 2))))
+        try:
+            record = prebuild(todo, workers=max(1, min(8, (os.cpu_count() or 2) // 2)))
+        except Exception as exc:  # a failed prebuild costs time, not the measurements: each builds its own
+            record = {"kernels": len(todo), "error": f"{type(exc).__name__}: {exc}"[:600]}
+        state.setdefault("prebuild", []).append(record)
         marker.write_text("ok\n")
         print(f"prebuild: {state['prebuild'][-1]}", flush=True)
         save_state(state)

@@ -155,6 +155,29 @@ def check_nvcc(facts: Facts) -> Check:
     return Check("nvcc", OK, f"nvcc {version} ({nvcc})")
 
 
+def check_cuda_home(facts: Facts) -> Check:
+    """torch's `CUDA_HOME` must hold CUDA's headers, or no `load_inline` with CUDA builds: torch
+    guesses it from the folder above `which nvcc`, wrong when that nvcc is a wrapper script."""
+    from agentforge.evaluator import native
+
+    local = native.local_cuda_home()
+    if not facts.torch_cuda:
+        return Check("cuda home", INFO, f"torch is a CPU-only build: compile-only CUDA builds use nvcc's "
+                     f"toolkit at {local or '(none found)'}")
+    from torch.utils import cpp_extension
+
+    torch_home = cpp_extension.CUDA_HOME
+    if native.has_cuda_headers(torch_home):
+        return Check("cuda home", OK, f"torch builds CUDA extensions against {torch_home}")
+    if native.has_cuda_headers(local):
+        return Check("cuda home", WARN, f"torch's CUDA_HOME is {torch_home}, which holds no CUDA headers; the "
+                     f"evaluator's builds use {local} (nvcc's own toolkit root), other torch extensions fail",
+                     f"export CUDA_HOME={local}")
+    return Check("cuda home", FAIL if facts.gpu else WARN, f"no CUDA headers under torch's CUDA_HOME "
+                 f"({torch_home}) nor nvcc's toolkit ({local}): no load_inline with CUDA builds",
+                 "install the CUDA toolkit's headers and set CUDA_HOME to its root")
+
+
 def check_cupy(facts: Facts) -> Check:
     wheels = sorted(d.metadata["Name"] for d in importlib.metadata.distributions()
                     if (d.metadata["Name"] or "").lower().startswith("cupy"))
@@ -260,7 +283,7 @@ def check_persisting_l2(facts: Facts) -> Check:
 
 
 CHECKS: tuple[Callable[[Facts], Check], ...] = (
-    check_python, check_torch, check_gpu, check_driver, check_nvcc, check_cupy, check_triton,
+    check_python, check_torch, check_gpu, check_driver, check_nvcc, check_cuda_home, check_cupy, check_triton,
     check_device_nodes, check_ncu, check_isolation, check_loopback, check_persisting_l2,
 )
 

@@ -19,7 +19,7 @@ def test_doctor_runs_in_under_30_s_and_without_a_gpu_says_what_runs() -> None:
     assert time.monotonic() - started < 30
     names = [line.split(":")[0].split(None, 1)[1] for line in proc.stdout.splitlines()
              if line[:5].strip() in ("ok", "warn", "fail", "info")]
-    assert names == ["python", "torch", "gpu", "driver", "nvcc", "cupy", "triton", "device nodes", "ncu",
+    assert names == ["python", "torch", "gpu", "driver", "nvcc", "cuda home", "cupy", "triton", "device nodes", "ncu",
                      "sandbox", "loopback", "persisting L2"]
     facts = doctor.gather()
     if not facts.gpu:
@@ -44,6 +44,32 @@ def test_a_driver_older_than_torchs_cuda_fails_with_what_to_do() -> None:
 def test_a_driver_with_a_cpu_only_torch_fails() -> None:
     check = doctor.check_gpu(doctor.Facts(torch_version="2.13.0+cpu", torch_cuda=None, driver_cuda="13.0"))
     assert check.status == "fail" and "CUDA build" in check.fix
+
+
+def _toolkit(root: Path, headers: bool) -> str:
+    (root / "include").mkdir(parents=True)
+    if headers:
+        (root / "include" / "cuda_runtime_api.h").write_text("/* stand-in */\n")
+    return str(root)
+
+
+def test_cuda_home_without_headers_is_named_with_the_toolkit_to_use(tmp_path: Path, monkeypatch) -> None:
+    """torch guesses CUDA_HOME from the folder above `which nvcc`, a wrapper script's folder on
+    some machines: the doctor says which toolkit the evaluator's builds use instead."""
+    from agentforge.evaluator import native
+    from torch.utils import cpp_extension
+
+    good, bare = _toolkit(tmp_path / "cuda-13.0", True), _toolkit(tmp_path / "usr-local", False)
+    cuda_torch = doctor.Facts(torch_version="2.14.1", torch_cuda="13.0", gpu=True)
+    monkeypatch.setattr(native, "local_cuda_home", lambda: good)
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", good)
+    assert doctor.check_cuda_home(cuda_torch).status == "ok"
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", bare)
+    check = doctor.check_cuda_home(cuda_torch)
+    assert check.status == "warn" and bare in check.detail and check.fix == f"export CUDA_HOME={good}"
+    monkeypatch.setattr(native, "local_cuda_home", lambda: None)
+    assert doctor.check_cuda_home(cuda_torch).status == "fail"
+    assert doctor.check_cuda_home(doctor.Facts(torch_version="2.13.0+cpu")).status == "info"
 
 
 def test_exit_code_fails_only_on_a_failure() -> None:
