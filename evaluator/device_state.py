@@ -33,6 +33,25 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def unavailable_reason(device: torch.device) -> str | None:
+    """Why a CUDA job cannot run on this machine (no GPU visible to torch, or fewer than its
+    index), in words a user can act on; None when it can, and for CPU jobs."""
+    if device.type != "cuda":
+        return None
+    index = device.index or 0
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if index < count:
+        return None
+    if count:
+        return (f"the job asks for {device} but torch sees {count} CUDA device(s) here "
+                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})")
+    build = (f"torch {torch.__version__} is a CUDA {torch.version.cuda} build, but no NVIDIA GPU or driver is "
+             "visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)" if torch.version.cuda else
+             f"torch {torch.__version__} is a CPU-only build")
+    return (f"the job asks for {device} but this machine has no CUDA GPU: {build}. Without a GPU, ask for "
+            "device cpu or auto: CUDA candidates then run in the CPU emulation or get the compile-only verdict")
+
+
 def device_info(device: torch.device) -> DeviceInfo:
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)

@@ -154,6 +154,10 @@ def _run(ctx: Context, worker: WorkerClient | None) -> EvalResult:
     except TaskLoadError as exc:
         return _finish(ctx, Status.TASK_ERROR, error=ErrorRecord(type="TaskLoadError", message=str(exc)))
     ctx.device = device_state.resolve_device(job.device)
+    missing = device_state.unavailable_reason(ctx.device)
+    if missing is not None:  # the machine's lack, neither the task's fault nor the candidate's
+        ctx.stage = Stage.SANDBOX
+        return _finish(ctx, Status.CRASH, error=ErrorRecord(type="SandboxError", message=missing))
     try:
         shapes = _shapes(task, job)
     except KeyError as exc:

@@ -1,0 +1,53 @@
+"""A CUDA job on a machine without a GPU is the machine's lack, said as such: not a task error
+(which would mark the task broken for the RL service and the leaderboard) and not the
+candidate's fault. Before, `--device cuda` here blamed the task's `get_inputs()`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from agentforge.evaluator import device_state
+from agentforge.evaluator.api import make_job
+from agentforge.evaluator.pipeline import run_pipeline
+from agentforge.evaluator.result import Stage, Status
+
+from agentforge.candidate import Candidate
+from agentforge.task import load_task
+
+REPO = Path(__file__).resolve().parents[2]
+HONEST = REPO / "tests" / "exploits" / "gpu" / "relu_cuda_honest.py"
+AGENTFORGE = str(Path(sys.executable).parent / "agentforge")
+
+needs_no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here: CUDA jobs run")
+
+
+def test_cpu_jobs_and_visible_devices_are_not_refused() -> None:
+    assert device_state.unavailable_reason(torch.device("cpu")) is None
+    if torch.cuda.is_available():
+        assert device_state.unavailable_reason(torch.device("cuda", 0)) is None
+    beyond = torch.device("cuda", torch.cuda.device_count() if torch.cuda.is_available() else 3)
+    assert "asks for cuda:" in (device_state.unavailable_reason(beyond) or "")
+
+
+@needs_no_gpu
+def test_a_cuda_job_without_a_gpu_is_refused_as_the_machines_lack() -> None:
+    job = make_job(load_task("level1/relu"), Candidate(HONEST.read_text(), backend="cuda"), device="cuda",
+                   shapes=("small",))
+    result = run_pipeline(job)
+    assert result.status == Status.CRASH and result.stage == Stage.SANDBOX, result.summary()
+    assert result.error is not None and result.error.type == "SandboxError"
+    assert "no CUDA GPU" in result.error.message and "device cpu or auto" in result.error.message
+    assert not result.accepted and result.compile is None  # nothing of the candidate ran
+
+
+@needs_no_gpu
+def test_eval_with_device_cuda_without_a_gpu_exits_2_with_what_to_do() -> None:
+    proc = subprocess.run([AGENTFORGE, "eval", "level1/relu", str(HONEST), "--device", "cuda", "--shape", "small"],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "task error" not in proc.stderr and "no CUDA GPU" in proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
