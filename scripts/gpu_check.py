@@ -373,12 +373,13 @@ def prebuild(kernels: list[Any], workers: int) -> dict[str, Any]:
     from agentforge.sandbox.isolation import blocking_ancestor
     from agentforge.sandbox.process_backend import prepare_cache
 
-    if os.geteuid() == 0:  # the builds run as the sandbox user: it must reach this interpreter
-        blocked = [b for b in {blocking_ancestor(p, SANDBOX_UID) for p in (sys.prefix, sys.base_prefix)} if b]
+    if os.geteuid() == 0:  # the builds run as the sandbox user: it must reach the interpreter and the project
+        needed = (sys.prefix, sys.base_prefix, str(REPO))
+        blocked = [b for b in {blocking_ancestor(p, SANDBOX_UID) for p in needed} if b]
         if blocked:
             return {"kernels": 0, "seconds": 0.0, "failed": {}, "skipped":
-                    f"uid {SANDBOX_UID} cannot traverse {', '.join(sorted(blocked))} to this interpreter: each "
-                    "sandboxed evaluation builds its own kernel (the sandbox binds those paths in)"}
+                    f"uid {SANDBOX_UID} cannot traverse {', '.join(sorted(blocked))} to this interpreter or the "
+                    "project: each sandboxed evaluation builds its own kernel (the sandbox binds those paths in)"}
     cache = WORK / "cache"
     prepare_cache(str(cache), SANDBOX_UID if os.geteuid() == 0 else None)
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(cache / "torch_extensions"))

@@ -103,13 +103,13 @@ def test_gpu_check_prebuild_builds_as_the_sandbox_user_for_its_evaluations(cuda_
     measurements, as uid 65534: the sandboxed evaluations (uid 65534) then find them built."""
     from agentforge.sandbox.isolation import blocking_ancestor
 
-    probe = subprocess.run([cuda_python, "-c", "import sys; print(sys.base_prefix)"], capture_output=True,
-                           text=True, timeout=60)
-    blocked = blocking_ancestor(probe.stdout.strip(), SANDBOX_UID)
+    probe = subprocess.run([cuda_python, "-c", "import sys; print(sys.prefix); print(sys.base_prefix)"],
+                           capture_output=True, text=True, timeout=60)
+    blocked = next((b for p in [*probe.stdout.split(), str(REPO)] if (b := blocking_ancestor(p, SANDBOX_UID))), None)
     report = drive(cuda_python, "prebuild", "level1/relu", str(shared_tmp))
     if blocked:  # the prebuild says why it left the builds to the sandbox, and builds nothing
         assert report["kernels"] == 0 and blocked in report["skipped"], report
-        pytest.skip(f"{cuda_python}'s interpreter is under {blocked}, closed to uid {SANDBOX_UID}")
+        pytest.skip(f"{cuda_python}'s interpreter or the project is under {blocked}, closed to uid {SANDBOX_UID}")
     assert report == {**report, "kernels": 1, "failed": {}}, report
     source = shared_tmp / "relu.py"
     from agentforge.kernel_library import find_kernel
