@@ -71,7 +71,7 @@ def optimize(
     on_progress: Callable[[dict[str, Any]], None] | None = None,
     provider: Provider | None = None, evaluate: Evaluate | None = None, kernels_root: Path | None = None,
     baselines: Sequence[str] = ("eager", "compile"), timing: TimingConfig | None = None,
-    limits: dict[str, Any] | None = None, shapes: Sequence[str] = (),
+    compile_modes: Sequence[str] | None = None, limits: dict[str, Any] | None = None, shapes: Sequence[str] = (),
     on_activity: Callable[[str], None] | None = None, on_retry: Callable[[str], None] | None = None,
     candidates: int = 1, beam: int = 1, skills: bool = True, exemplars: bool = True,
     check: Evaluate | None = None,
@@ -106,6 +106,7 @@ def optimize(
         settings = _with_run_provider(settings, meta)
         settings = dataclasses.replace(settings, agent=dataclasses.replace(settings.agent, **meta["agent"]))
         baselines = tuple(meta.get("baselines", baselines))
+        compile_modes = meta.get("compile_modes")
         timing = TimingConfig(**meta["timing"]) if meta.get("timing") else None
         shapes = tuple(meta.get("shapes") or ())
         search = meta.get("search") or {}
@@ -148,6 +149,7 @@ def optimize(
             **models,
             "base_url": settings.provider.base_url, "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "agent": dataclasses.asdict(settings.agent), "baselines": list(baselines),
+            "compile_modes": list(compile_modes) if compile_modes else None,
             "timing": dataclasses.asdict(timing) if timing else None, "shapes": list(shapes),
             "search": {"candidates": candidates, "beam": beam},
             "knowledge": {"skills": skills, "exemplars": exemplars},
@@ -169,7 +171,8 @@ def optimize(
     try:
         graph = (build_search_graph if candidates > 1 or beam > 1 else build_graph)(
             SqliteSaver(conn), provider, store=store, task=task, backend=backend,
-            evaluate=evaluate or _sandboxed_evaluate(settings, device, tuple(baselines), timing, tuple(shapes)),
+            evaluate=evaluate or _sandboxed_evaluate(settings, device, tuple(baselines), timing, tuple(shapes),
+                                                     compile_modes=compile_modes),
             check=check, candidates=candidates, beam_width=beam,
             knowledge=Knowledge.for_run(task, backend, settings, skills=skills, exemplars=exemplars),
             limits=settings.agent, device_spec=meta["device_spec"],
@@ -285,13 +288,16 @@ def _best_measurement(store: ArtifactStore, best: dict[str, Any] | None) -> dict
 
 
 def _sandboxed_evaluate(settings: Settings, device: str, baselines: tuple[str, ...],
-                        timing: TimingConfig | None, shapes: tuple[str, ...], timed: bool = True) -> Evaluate:
-    """The sandboxed evaluator; `timed=False`: build and correctness only (the search's checks)."""
+                        timing: TimingConfig | None, shapes: tuple[str, ...], timed: bool = True,
+                        compile_modes: Sequence[str] | None = None) -> Evaluate:
+    """The sandboxed evaluator; `timed=False`: build and correctness only (the search's checks);
+    `compile_modes`: the torch.compile modes of the `compile` baseline (default: Measure's)."""
     from agentforge.evaluator.api import evaluate, make_job
     from agentforge.sandbox.config import from_settings
 
     sandbox = from_settings(settings.sandbox, settings.cache_dir)
-    measure = (Measure(baselines=baselines, profile=settings.eval.profile) if timed
+    modes = {"compile_modes": tuple(compile_modes)} if compile_modes else {}
+    measure = (Measure(baselines=baselines, profile=settings.eval.profile, **modes) if timed
                else Measure(timing=False, baselines=(), profile=False))
 
     def run(task: Task | TaskText, candidate: Candidate) -> EvalResult:

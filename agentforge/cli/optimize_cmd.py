@@ -20,6 +20,7 @@ from agentforge.cli.common import build_settings, check_sandbox, console, err_co
 from agentforge.settings import describe
 
 QUICK_TIMING = {"max_reps": 40, "time_cap_s": 1.0}
+QUICK_COMPILE_MODES = ("default",)
 
 
 def register(app: typer.Typer) -> None:
@@ -47,8 +48,10 @@ def optimize_command(
                                                    help="also time torch.compile baselines")] = True,
     shape: Annotated[list[str] | None, typer.Option(
         "--shape", help="shape variant(s) to check (default: all); the first is timed")] = None,
-    quick: Annotated[bool, typer.Option(help="fewer timed repetitions (max 40, 1 s per subject): for demos; "
-                                             "re-measure the result with `agentforge eval`")] = False,
+    quick: Annotated[bool, typer.Option(help="fewer timed repetitions (max 40, 1 s per subject) and torch.compile's "
+                                             "default mode only (max-autotune takes minutes per evaluation on a "
+                                             "GPU): for demos; re-measure the result with `agentforge eval`")
+                     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="no live view; print exactly one JSON object")] = False,
     isolation: Annotated[str | None, typer.Option(help=describe("sandbox.isolation"))] = None,
     config: Annotated[str | None, typer.Option(help="settings file (default: agentforge.toml)")] = None,
@@ -92,6 +95,7 @@ def optimize_command(
                 task, settings, resume=resume, review=review, approve=approve, on_progress=view.update,
                 baselines=("eager", "compile") if compile_baseline else ("eager",),
                 timing=TimingConfig(**QUICK_TIMING) if quick else None,
+                compile_modes=QUICK_COMPILE_MODES if quick else None,
                 shapes=tuple(shape or ()),
                 limits=_explicit_limits(max_rounds, max_cost_usd, max_minutes, target) if resume else None,
                 on_activity=view.activity, on_retry=view.retry,

@@ -63,6 +63,8 @@ def test_kill_9_then_resume_finishes_without_redoing_rounds(tmp_path, relu_task,
         assert first.returncode == -signal.SIGKILL
         run_id = events.parent.name
         assert not (events.parent / "summary.json").exists()
+        # --quick: torch.compile's default mode only, kept in the run for its resumption
+        assert json.loads((events.parent / "run.json").read_text())["compile_modes"] == ["default"]
         served_before = list(script.served)
 
         second = _cli(["--resume", run_id, "--out", str(runs), "--json"], env)
