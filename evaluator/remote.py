@@ -357,16 +357,21 @@ class RemoteModel:
         worker, copied out here at once). Returns (device_us, closed_us, output, the judge's wall
         time of the round trip, the worker's CPU time in it or None)."""
         # The flush is a round trip of its own, outside the judge's clock. The null call gets one too:
-        # the harness's own work around a call (the input copy, its code and data) runs cold after a
-        # flush, and without one the null's round trip missed that work (an honest worker then seemed
-        # to spend up to 1.7x the CPU its call took on small inputs).
-        if self.flush:
-            self.client.request("flush")
-        cpu_begin = cpu_ns(self.cpu_clock)
-        begin = _perf_counter_ns()
+        # the harness's own work around a call (its code and data) runs cold after a flush, and
+        # without one the null's round trip missed that work (an honest worker then seemed to spend
+        # up to 1.7x the CPU its call took on small inputs). The worker copies the inputs into its
+        # own buffers in that round trip, before flushing: copied after it, they would sit warm in
+        # the cache (on a GPU, every write goes through L2) for the candidate's timed call, while
+        # the baselines' inputs, written before their flush, start cold.
         fields, sent = self._arena_inputs(buffers)
-        landing, sent_landing = self._landing_fields()
+        sent_landing: list[wire.SharedFile] = []
         try:
+            if self.flush:
+                self.client.request("flush", **fields)
+                fields = {"staged": True}
+            cpu_begin = cpu_ns(self.cpu_clock)
+            begin = _perf_counter_ns()
+            landing, sent_landing = self._landing_fields()
             reply = self.client.request("time", key=key, want_output=want_output, head_start=self.head_start,
                                         null_like=self.null_like, **fields, **landing)
         finally:

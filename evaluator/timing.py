@@ -150,7 +150,9 @@ class CacheFlusher:
         self.enabled = enabled
         self.cuda = device.type == "cuda"
         self.buffer = torch.empty(flush_bytes(device) // 4, dtype=torch.int32, device=device) if enabled else None
-        self.sink = torch.zeros((), dtype=torch.int64, device=device) if enabled and self.cuda else None
+        # int32 like the buffer: a wider sum would first copy the whole buffer to the wider type
+        # (ATen reduces in the output's dtype), twice the flush's traffic and a temporary as large
+        self.sink = torch.zeros((), dtype=torch.int32, device=device) if enabled and self.cuda else None
 
     def __call__(self) -> None:
         if self.buffer is None:
@@ -162,8 +164,10 @@ class CacheFlusher:
 
 
 def read_sweep(buffer: torch.Tensor, sink: torch.Tensor) -> None:
-    """Read every element of `buffer` (a sum into the preallocated scalar `sink`)."""
-    torch.sum(buffer, 0, dtype=torch.int64, out=sink)
+    """Read every element of `buffer` (a sum into the preallocated scalar `sink`, in its dtype: the
+    buffer's own, or ATen copies the buffer to the sink's type first; the flush's buffer is zeros,
+    so an int32 sum cannot overflow)."""
+    torch.sum(buffer, 0, dtype=sink.dtype, out=sink)
 
 
 def head_start(cycles: int = HEAD_START_CYCLES) -> None:
