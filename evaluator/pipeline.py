@@ -360,12 +360,16 @@ def _with_worker(ctx: Context, task: Task, client: WorkerClient, shapes: list[st
     _enter(ctx, Stage.TIMING, correctness=outcome.records)
     timing_shape = job.timing_shape if job.timing_shape in shapes else shapes[0]
     reference, candidate = outcome.models[timing_shape]
-    with torch.no_grad():
-        timed = measure(task, timing_shape, candidate, reference, settings.reference_dtype, ctx.device, timing_cfg,
-                        job.measure.baselines, _compile_modes(job, ctx.device),
-                        outcome.timing_tolerance.get(timing_shape, (settings.atol, settings.rtol)),
-                        seed=settings.base_seed + 99991, outputs_like=outcome.expected.get(timing_shape),
-                        candidate_source=job.candidate_source)
+    try:
+        with torch.no_grad():
+            timed = measure(task, timing_shape, candidate, reference, settings.reference_dtype, ctx.device,
+                            timing_cfg, job.measure.baselines, _compile_modes(job, ctx.device),
+                            outcome.timing_tolerance.get(timing_shape, (settings.atol, settings.rtol)),
+                            seed=settings.base_seed + 99991, outputs_like=outcome.expected.get(timing_shape),
+                            candidate_source=job.candidate_source)
+    except CandidateRaised as exc:  # on the timing's fresh inputs: the verdict keeps what correctness found
+        _collect_flags(ctx, [], CorrectnessOutcome(), task, _final(client))
+        return _finish(ctx, Status.RUNTIME_ERROR, correctness=outcome.records, error=exc.record)
     ctx.flags += [integrity.flag(rule, ev) for rule, ev in timed.evidence]
     _collect_flags(ctx, [], CorrectnessOutcome(), task, _final(client))
     roofline = roofline_stage.roofline_for(task, timing_shape, ctx.device, timed.record.candidate.median_us)
