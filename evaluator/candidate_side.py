@@ -33,7 +33,7 @@ from agentforge.evaluator.guards import (
 from agentforge.evaluator.loading import load_candidate
 from agentforge.evaluator.result import to_plain
 from agentforge.evaluator.stage_correctness import fingerprint, set_mode
-from agentforge.evaluator.timing import CacheFlusher, head_start
+from agentforge.evaluator.timing import CacheFlusher, head_start, timing_events
 from agentforge.sandbox.arena import Arena
 from agentforge.sandbox.wire import SharedFile
 from torch.profiler import record_function
@@ -41,7 +41,6 @@ from torch.profiler import record_function
 from agentforge.task import flatten_tensors
 
 _perf_counter_ns = time.perf_counter_ns
-_Event = torch.cuda.Event
 _synchronize = torch.cuda.synchronize
 
 
@@ -279,7 +278,7 @@ class Worker:
         window = op_observer.WINDOW if model is not None else op_observer.HARNESS_WINDOW
         with torch.no_grad(), record_function(window):
             if self.device.type == "cuda":
-                start, end, closed = (_Event(enable_timing=True) for _ in range(3))
+                start, end, closed = timing_events()
                 if request.get("head_start"):
                     head_start()
                 start.record()

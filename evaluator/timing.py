@@ -189,10 +189,29 @@ def stats(samples_us: list[float]) -> TimingStats:
     )
 
 
+_EVENTS: dict[int, tuple[Any, Any, Any]] = {}
+
+
+def timing_events() -> tuple[Any, Any, Any]:
+    """(start, end, closed) for timed calls on the current device, made once and recorded once:
+    torch creates a CUDA event at its first record, which for a fresh end event would fall inside
+    the timed window (a host call between the launches and the end record). Every timed call ends
+    with a synchronize, so the next one may record them again."""
+    index = torch.cuda.current_device()
+    events = _EVENTS.get(index)
+    if events is None:
+        events = (_Event(enable_timing=True), _Event(enable_timing=True), _Event(enable_timing=True))
+        for event in events:
+            event.record()
+        _synchronize()
+        _EVENTS[index] = events
+    return events
+
+
 def _time_call_cuda(fn: Callable[..., Any], args: list[Any], head: bool = False) -> tuple[float, float, Any]:
     """(stream time, device-closed time, output). The second end event is recorded after a
     device-wide synchronize: work on any stream is inside it. `head`: queue `head_start` first."""
-    start, end, closed = _Event(enable_timing=True), _Event(enable_timing=True), _Event(enable_timing=True)
+    start, end, closed = timing_events()
     if head:
         head_start()
     start.record()

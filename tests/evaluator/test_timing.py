@@ -196,6 +196,8 @@ def test_cuda_flush_leaves_nothing_in_flight_and_head_start_hides_launch_overhea
     assert flusher.sink is not None and flusher.sink.dtype == flusher.buffer.dtype  # no widened copy
     flusher()
     assert torch.cuda.current_stream().query()  # the flush finished before the timed call starts
+    events = timing.timing_events()
+    assert events is timing.timing_events() and all(e.query() for e in events)  # made once, already recorded
     x = torch.ones(1024, device=device)
 
     def median(head: bool) -> float:
