@@ -25,9 +25,13 @@ plus `kernels` (the count) and `duration_us`.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import math
+import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -188,6 +192,10 @@ def profile_command(command: Sequence[str], options: NcuOptions = NcuOptions(),
     cuda = options.cuda_available if options.cuda_available is not None else _cuda_available()
     if not cuda:
         return _unavailable("no CUDA GPU visible: nothing for Nsight Compute to profile")
+    if os.geteuid() != 0 and profiling_restricted():  # ncu would only find out after the whole warm-up
+        return _unavailable(f"{PERMISSION_ERROR}: the driver lets only admin users read GPU performance "
+                            "counters (RmProfilingAdminOnly: 1) and this process is not root; load the driver "
+                            "with NVreg_RestrictProfilingToAdminUsers=0 to get profiles; timing-only feedback")
     if not loopback_works():
         return _unavailable("ncu talks to the profiled process over a loopback TCP port, and loopback is down "
                             "here (a network namespace without 'lo' up, as under the sandbox's `unshare` "
@@ -208,15 +216,20 @@ def _run(ncu: str, command: Sequence[str], options: NcuOptions,
     """The record of one ncu run, and ncu's whole output (the retry reads errors from all of it,
     not from the record's tail: the profiled program may print after ncu's error)."""
     cmd = build_command(command, options, ncu)
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=options.timeout_s, cwd=cwd,
-                              env=dict(options.env) if options.env is not None else None, check=False)
-    except subprocess.TimeoutExpired:
-        return _unavailable(f"ncu timed out after {options.timeout_s:g} s"), ""
+    try:  # a session of its own: a timeout ends ncu and the program it profiles, not ncu alone
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+                                env=dict(options.env) if options.env is not None else None, start_new_session=True)
     except OSError as exc:
         return _unavailable(f"ncu could not be started: {exc}"), ""
-    output = proc.stdout + "\n" + proc.stderr
-    return _record(proc.returncode, proc.stdout, output, options), output
+    try:
+        stdout, stderr = proc.communicate(timeout=options.timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return _unavailable(f"ncu timed out after {options.timeout_s:g} s"), ""
+    output = stdout + "\n" + stderr
+    return _record(proc.returncode, stdout, output, options), output
 
 
 def _record(returncode: int, stdout: str, output: str, options: NcuOptions) -> ProfileRecord:
@@ -318,9 +331,10 @@ def parse_number(text: str) -> float | None:
     if not cleaned:
         return None
     try:
-        return float(cleaned)
+        value = float(cleaned)
     except ValueError:
         return None
+    return value if math.isfinite(value) else None  # "nan", "inf": no figure (and no JSON)
 
 
 def _scale(unit: str) -> float:

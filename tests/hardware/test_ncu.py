@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -67,7 +68,8 @@ def test_no_table_means_no_kernels_and_a_broken_table_is_an_error() -> None:
 
 
 @pytest.mark.parametrize(("text", "value"), [("1,234.5", 1234.5), ("42", 42.0), (" 7.25 ", 7.25),
-                                             ("n/a", None), ("", None), ("1,000,000", 1e6)])
+                                             ("n/a", None), ("", None), ("1,000,000", 1e6),
+                                             ("nan", None), ("-nan", None), ("inf", None), ("-inf", None)])
 def test_parse_number(text: str, value: float | None) -> None:
     assert ncu.parse_number(text) == value
 
@@ -150,6 +152,35 @@ def test_timeout(tmp_path) -> None:
     _fake_ncu(bin_dir, "exec sleep 5")
     record = ncu.profile_script("bench.py", options=_options(bin_dir, timeout_s=0.5))
     assert not record.available and "timed out after 0.5 s" in record.reason
+
+
+def test_a_timeout_ends_the_profiled_program_too(tmp_path) -> None:
+    """ncu's child (the profiled program) must not outlive a timeout, holding the GPU."""
+    bin_dir, pid_file = tmp_path / "bin", tmp_path / "child.pid"
+    _fake_ncu(bin_dir, f'sleep 30 &\necho $! > "{pid_file}"\nwait')
+    record = ncu.profile_script("bench.py", options=_options(bin_dir, timeout_s=1.0))
+    assert not record.available and "timed out" in record.reason
+    child = int(pid_file.read_text())
+    for _ in range(50):
+        if not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the profiled program (pid {child}) outlived ncu's timeout")
+
+
+def test_counters_restricted_to_admins_are_said_without_running_ncu(tmp_path, monkeypatch) -> None:
+    """The sandbox's uid 65534 under a driver with RmProfilingAdminOnly: 1 would only learn it from
+    ncu after the profiled program's whole start-up and warm-up."""
+    bin_dir, ran = tmp_path / "bin", tmp_path / "ran"
+    _fake_ncu(bin_dir, f'touch "{ran}"')
+    monkeypatch.setattr(ncu, "profiling_restricted", lambda *a: True)
+    monkeypatch.setattr(ncu.os, "geteuid", lambda: 65534)
+    record = ncu.profile_script("bench.py", options=_options(bin_dir))
+    assert not record.available and record.reason.startswith("ERR_NVGPUCTRPERM") and not ran.exists()
+    monkeypatch.setattr(ncu.os, "geteuid", lambda: 0)  # root reads counters whatever the switch says
+    ncu.profile_script("bench.py", options=_options(bin_dir))
+    assert ran.exists()
 
 
 def test_nonzero_exit_keeps_the_tail(tmp_path) -> None:
@@ -317,3 +348,23 @@ def test_the_drivers_profiling_restriction_is_read_from_its_params(tmp_path) -> 
     params.write_text("RmProfilingAdminOnly: 0\n")
     assert ncu.profiling_restricted(str(params)) is False
     assert ncu.profiling_restricted(str(tmp_path / "none")) is None
+
+
+def test_the_profiled_program_runs_with_the_judges_numeric_switches(monkeypatch) -> None:
+    """A fresh process starts with torch's defaults (cuDNN's TF32 on): the profile would show other
+    kernels than the timed ones for fp32 convolutions."""
+    import torch
+    from agentforge.evaluator import profile_target
+
+    seen: dict[str, object] = {}
+
+    def profiled(job_path: str) -> int:
+        seen.update(cudnn_tf32=torch.backends.cudnn.allow_tf32, matmul_tf32=torch.backends.cuda.matmul.allow_tf32,
+                    precision=torch.get_float32_matmul_precision(), deterministic=torch.backends.cudnn.deterministic)
+        return 0
+
+    monkeypatch.setattr(profile_target, "_profiled", profiled)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    assert profile_target.main("job.json") == 0
+    assert seen == {"cudnn_tf32": False, "matmul_tf32": False, "precision": "highest", "deterministic": False}
+    assert torch.backends.cudnn.allow_tf32 is True  # put back afterwards
