@@ -5,19 +5,21 @@
 Steps, in order (estimates for one H100 with a cold build cache):
 
 1. doctor           every prerequisite, ok or what to do (`agentforge.evaluator.hardware.doctor`)
-2. gpu_tests        the `gpu`-marked tests (pytest -m gpu on the files that have them)
-3. timing_fidelity  the evaluator's median vs Triton's do_bench vs ncu's gpu__time_duration on
+2. timing_fidelity  the evaluator's median vs Triton's do_bench vs ncu's gpu__time_duration on
                     6 kernels from ~2 us to ~2 ms; within 5 % above 20 us is the bar
-4. isolation        one CUDA reference kernel through the real sandbox in each isolation mode
-5. profile          a sandboxed evaluation with the Nsight Compute profile on
+3. isolation        one CUDA reference kernel through the real sandbox in each isolation mode
+4. profile          a sandboxed evaluation with the Nsight Compute profile on
+5. gpu_tests        the `gpu`-marked tests (pytest -m gpu on the files that have them), 300 s at most
 6. reference        every reference kernel of this GPU on its default shape: CUDA builds first, in
                     parallel, then each kernel timed against eager and torch.compile (default)
 
 Resumable: each finished step (and each measured reference kernel) is kept in
-`results/gpu/<gpu>/state.json`; a step that would not finish inside `--budget-s` is left for the
-next call, which skips what is done. The device machine starts bare each time, so bring the files
-back: `--out DIR` copies state, JSON and Markdown there (`make gpu-check OUT=$OUT`), and copying
-them into `results/gpu/<gpu>/` here makes the next call go on where this one stopped.
+`results/gpu/<gpu>/state.json`; a step that would not finish inside `--budget-s` (counted from the
+script's start, 20 s kept for the reports) is left for the next call, which skips what is done, and
+every run inside a step is bounded by what is left. The device machine starts bare each time, so
+bring the files back: `--out DIR` gets the state at every save and the reports at the end, also
+when a step raised (`make gpu-check OUT=$OUT`); copying them into `results/gpu/<gpu>/` here makes
+the next call go on where this one stopped.
 Writes `results/gpu/<gpu>/gpu_check.json` and `gpu_check.md` (GPU, driver, torch, date, per step).
 
 Without a GPU it prints this plan with its time estimates and exits 0. Imports only the standard
@@ -50,6 +52,14 @@ SANDBOX_UID = 65534
 BAR = 0.05  # timing fidelity: the evaluator within 5 % of ncu for kernels over 20 us
 BAR_ABOVE_US = 20.0
 _REEXEC = "AGENTFORGE_GPU_CHECK_REEXEC"
+_STARTED = "AGENTFORGE_GPU_CHECK_STARTED"  # the first process's monotonic start, kept across the re-exec
+MARGIN_S = 20.0  # left at the end of a call for the reports and the copy to --out
+_STARTED_AT: list[float] = []
+
+
+def left(deadline: float, cap: float) -> float:
+    """Seconds an operation may take: `cap`, or less where the call's budget ends sooner."""
+    return max(1.0, min(cap, deadline - time.monotonic() - MARGIN_S))
 
 
 @dataclass(frozen=True)
@@ -78,6 +88,8 @@ def ensure_importable() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(path_shim()), os.environ.get("PYTHONPATH")]))
     # An editable install takes effect through a .pth file, read only when an interpreter starts.
     os.environ[_REEXEC] = "1"
+    if _STARTED_AT:
+        os.environ[_STARTED] = repr(_STARTED_AT[0])
     sys.stdout.flush()
     os.execv(sys.executable, [sys.executable, str(Path(__file__).resolve()), *sys.argv[1:]])
 
@@ -142,9 +154,19 @@ def gpu_test_files() -> list[str]:
     return files
 
 
+GPU_TESTS_CAP_S = 300.0
+
+
+def _text(part: str | bytes | None) -> str:
+    """A TimeoutExpired's captured output: bytes even when the run asked for text."""
+    if isinstance(part, bytes):
+        return part.decode(errors="replace")
+    return part or ""
+
+
 def step_gpu_tests(state: dict[str, Any], deadline: float) -> dict[str, Any]:
     files = gpu_test_files()
-    limit = max(60, int(deadline - time.monotonic()) - 10)
+    limit = left(deadline, GPU_TESTS_CAP_S)
     report = WORK / "gpu_tests.xml"
     report.parent.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "-rfEs",
@@ -153,7 +175,11 @@ def step_gpu_tests(state: dict[str, Any], deadline: float) -> dict[str, Any]:
         proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=limit)
         out, code = proc.stdout + proc.stderr, proc.returncode
     except subprocess.TimeoutExpired as exc:
-        out, code = f"{exc.stdout or ''}\nstopped after {limit} s", -1
+        out = "".join(_text(part) for part in (exc.stdout, exc.stderr))
+        out, code = f"{out}\nstopped after {limit:.0f} s", -1
+        if limit < GPU_TESTS_CAP_S:  # this call's budget ended it, not the tests' own cap: run again
+            return {"ok": False, "pending": True, "files": files, "summary": f"stopped after {limit:.0f} s",
+                    "tail": out[-3000:]}
     print(out[-4000:], flush=True)
     summary = next((ln for ln in reversed(out.splitlines()) if " passed" in ln or " failed" in ln
                     or " error" in ln), "")
@@ -207,7 +233,7 @@ def _ncu_program(path: Path) -> None:
     '''))
 
 
-def ncu_median_us(name: str) -> tuple[float | None, str]:
+def ncu_median_us(name: str, deadline: float) -> tuple[float | None, str]:
     """ncu's gpu__time_duration of one call of kernel `name` (all its launches summed; the median
     of NCU_REPS calls, caches flushed before each launch, clocks as the timing ran them)."""
     from agentforge.evaluator.hardware import ncu
@@ -216,7 +242,7 @@ def ncu_median_us(name: str) -> tuple[float | None, str]:
     program.parent.mkdir(parents=True, exist_ok=True)
     _ncu_program(program)
     options = ncu.NcuOptions(metrics=("gpu__time_duration.sum",), cache_control="all", clock_control="none",
-                             timeout_s=180.0)
+                             timeout_s=left(deadline, 180.0))
     record = ncu.profile_script(program, [name], options=options)
     if not record.available:
         return None, record.reason
@@ -257,7 +283,11 @@ def step_timing_fidelity(state: dict[str, Any], deadline: float) -> dict[str, An
               f"{medians[False]:.2f}), do_bench {do_bench_us:.2f} us", flush=True)
     ok, problems = True, []
     for name, row in rows.items():
-        ref, why = ncu_median_us(name)
+        if time.monotonic() + 30 > deadline - MARGIN_S:
+            ok = False
+            problems.append(f"{name}: no time left in this call for its ncu run")
+            continue
+        ref, why = ncu_median_us(name, deadline)
         if ref is None:
             ok = False
             problems.append(f"{name}: {why[:300]}")
@@ -294,7 +324,7 @@ def _small_cuda_kernel() -> Any:
     return (preferred or cuda)[0]
 
 
-def _one_evaluation(kernel: Any, isolation: str, profile: bool = False) -> dict[str, Any]:
+def _one_evaluation(kernel: Any, isolation: str, deadline: float, profile: bool = False) -> dict[str, Any]:
     from agentforge.evaluator.api import evaluate, make_job
     from agentforge.evaluator.result import Measure, TimingConfig
 
@@ -306,7 +336,7 @@ def _one_evaluation(kernel: Any, isolation: str, profile: bool = False) -> dict[
                    measure=Measure(baselines=("eager",), profile=profile),
                    timing=TimingConfig(warmup=2, min_reps=10, max_reps=30, time_cap_s=1.0))
     started = time.monotonic()
-    result = evaluate(job, sandbox_config(isolation, timeout_s=400.0))
+    result = evaluate(job, sandbox_config(isolation, timeout_s=left(deadline, 400.0)))
     row: dict[str, Any] = {"kernel": f"{kernel.gpu}/{kernel.task_name}", "status": str(result.status.value),
                            "accepted": result.accepted, "sandbox": result.provenance.sandbox,
                            "seconds": round(time.monotonic() - started, 1), "speedup": result.speedup}
@@ -330,14 +360,19 @@ def step_isolation(state: dict[str, Any], deadline: float) -> dict[str, Any]:
         if why:
             modes[mode] = {"skipped": why}
             continue
-        modes[mode] = _one_evaluation(kernel, mode)
+        if time.monotonic() + 60 > deadline - MARGIN_S:
+            modes[mode] = {"skipped": "no time left in this call"}
+            continue
+        modes[mode] = _one_evaluation(kernel, mode, deadline)
         print(f"isolation {mode}: {modes[mode]}", flush=True)
     ran = [m for m in modes.values() if "skipped" not in m]
-    return {"ok": bool(ran) and all(m["accepted"] for m in ran), "modes": modes}
+    isolating = [name for name, m in modes.items() if name != "none" and "skipped" not in m]
+    return {"ok": bool(isolating) and all(m["accepted"] for m in ran), "modes": modes,
+            **({} if isolating else {"note": "no isolating mode (bwrap, unshare) ran"})}
 
 
 def step_profile(state: dict[str, Any], deadline: float) -> dict[str, Any]:
-    row = _one_evaluation(_small_cuda_kernel(), "auto", profile=True)
+    row = _one_evaluation(_small_cuda_kernel(), "auto", deadline, profile=True)
     print(f"profile: {row}", flush=True)
     return {"ok": bool(row.get("profile_available")), **row}
 
@@ -406,7 +441,8 @@ def step_reference(state: dict[str, Any], deadline: float) -> dict[str, Any]:
     kernels = select_kernels(reference_slug(), None)
     done: dict[str, Any] = state.setdefault("reference_kernels", {})
     marker = WORK / "cache" / ".prebuilt"
-    if not marker.exists():  # a fresh machine: its build cache is empty, whatever the state says
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    if not marker.exists() and time.monotonic() + 240 < deadline:  # a fresh machine: its cache is empty
         todo = [k for k in kernels if f"{k.gpu}/{k.task_name}" not in done]
         try:
             record = prebuild(todo, workers=max(1, min(8, (os.cpu_count() or 2) // 2)))
@@ -419,15 +455,22 @@ def step_reference(state: dict[str, Any], deadline: float) -> dict[str, Any]:
     options = MeasureOptions(device="cuda", baselines=("eager", "compile"), compile_modes=("default",),
                              shapes=("default",),
                              timing=TimingConfig(warmup=2, min_reps=5, max_reps=30, time_cap_s=1.0))
-    sandbox = sandbox_config("auto", timeout_s=300.0)
     for kernel in kernels:
         key = f"{kernel.gpu}/{kernel.task_name}"
         if key in done:
             continue
-        if time.monotonic() + 25 > deadline:
+        if time.monotonic() + 60 > deadline - MARGIN_S:
             return {"ok": False, "pending": True, "measured": len(done), "of": len(kernels)}
         started = time.monotonic()
-        results = evaluate_kernel(kernel, kernel_task(kernel), options, sandbox)
+        try:
+            results = evaluate_kernel(kernel, kernel_task(kernel), options,
+                                      sandbox_config("auto", timeout_s=left(deadline, 300.0)))
+        except Exception as exc:  # one kernel's failure is its row; the others are still measured
+            done[key] = {"backend": kernel.backend, "status": "error", "accepted": False, "speedup_vs_eager": None,
+                         "speedup_vs_compile": None, "candidate_us": None, "eager_us": None,
+                         "seconds": round(time.monotonic() - started, 1), "error": f"{type(exc).__name__}: {exc}"[:300]}
+            save_state(state)
+            continue
         if not results:
             done[key] = {"backend": kernel.backend, "status": "skipped", "accepted": False, "speedup_vs_eager": None,
                          "speedup_vs_compile": None, "candidate_us": None, "eager_us": None, "seconds": 0.0,
@@ -450,13 +493,16 @@ def step_reference(state: dict[str, Any], deadline: float) -> dict[str, Any]:
     return {"ok": accepted == len(kernels), "measured": len(done), "of": len(kernels), "accepted": accepted}
 
 
+# In the order that proves most in a first call of 540 s: the evaluator's timing against ncu, the
+# main user path (a sandboxed CUDA evaluation) in each isolation mode and with its profile, then
+# the gpu tests (capped at GPU_TESTS_CAP_S), then the reference kernels, resumable across calls.
 STEPS = (
     Step("doctor", 10, "every GPU-path prerequisite: ok or what to do", step_doctor),
-    Step("gpu_tests", 200, "pytest -m gpu on the files with gpu tests", step_gpu_tests),
     Step("timing_fidelity", 120, "evaluator median vs do_bench vs ncu gpu__time_duration, 6 kernels "
          "2 us..2 ms", step_timing_fidelity),
     Step("isolation", 120, "one CUDA reference kernel sandboxed under bwrap, unshare and none", step_isolation),
     Step("profile", 75, "a sandboxed evaluation with the Nsight Compute profile", step_profile),
+    Step("gpu_tests", 200, "pytest -m gpu on the files with gpu tests (at most 300 s)", step_gpu_tests),
     Step("reference", 360, "every reference kernel, default shape, eager + torch.compile default "
          "(CUDA builds in parallel first); resumes kernel by kernel", step_reference),
 )
@@ -464,6 +510,7 @@ STEPS = (
 
 # ----- state and reports ----------------------------------------------------------------------
 _STATE_PATH: list[Path] = []
+_OUT: list[Path] = []  # --out: the state is copied there at every save, so a killed call keeps it
 
 
 def save_state(state: dict[str, Any]) -> None:
@@ -472,6 +519,9 @@ def save_state(state: dict[str, Any]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(state, indent=2, default=str))
     tmp.replace(path)
+    for out in _OUT:
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, out / path.name)
 
 
 def render_markdown(state: dict[str, Any]) -> str:
@@ -514,8 +564,11 @@ def _detail(name: str, result: dict[str, Any]) -> str:
         return result.get("summary", "")
     if name == "timing_fidelity":
         return f"{result.get('bar')}; ncu: {result.get('ncu')}"
+    if "error" in result and name != "reference":
+        return f"error: {str(result['error'])[:200]}"
     if name == "isolation":
-        return "; ".join(f"{m}: {r.get('status', r.get('skipped', ''))[:80]}" for m, r in result["modes"].items())
+        return "; ".join(f"{m}: {r.get('status', r.get('skipped', ''))[:80]}"
+                         for m, r in result.get("modes", {}).items())
     if name == "profile":
         return f"available={result.get('profile_available')} {result.get('profile_reason', '')[:200]}"
     if name == "reference":
@@ -554,27 +607,45 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated steps to run (default: all not done)")
     parser.add_argument("--plan", action="store_true", help="print the plan and exit")
     args = parser.parse_args(argv)
+    # The budget counts from the first process's start: torch's import and the re-exec included.
+    started = float(os.environ.pop(_STARTED, None) or time.monotonic())
+    _STARTED_AT[:] = [started]
     import torch
 
     if args.plan or not torch.cuda.is_available():
         print_plan()
         return 0
-    started = time.monotonic()
     deadline = started + args.budget_s
     ensure_importable()
     identity = gpu_identity()
     folder = REPO / "results" / "gpu" / identity["slug"]
     _STATE_PATH[:] = [folder / "state.json"]
+    _OUT[:] = [Path(args.out)] if args.out else []
     state = json.loads(_STATE_PATH[0].read_text()) if _STATE_PATH[0].is_file() else {}
     state["identity"] = identity
+    try:
+        run_steps(state, args.only, deadline)
+    finally:  # a step that raised past its own handler, or Ctrl-C: what finished is still reported
+        write_reports(state, folder, args.out)
+    steps = state["steps"]
+    failed = [s.name for s in STEPS if s.name in steps and not steps[s.name].get("ok")
+              and not steps[s.name].get("pending")]
+    pending = [s.name for s in STEPS if s.name not in steps or steps[s.name].get("pending")]
+    print(f"gpu-check: {len(STEPS) - len(pending) - len(failed)} ok, {len(failed)} failed"
+          + (f" ({', '.join(failed)})" if failed else "") + f", {len(pending)} pending"
+          + (f" ({', '.join(pending)}: run again)" if pending else ""), flush=True)
+    return 0
+
+
+def run_steps(state: dict[str, Any], only: str, deadline: float) -> None:
     steps = state.setdefault("steps", {})
-    wanted = [s for s in args.only.split(",") if s]
+    wanted = [s for s in only.split(",") if s]
     for step in STEPS:
         if wanted and step.name not in wanted:
             continue
         if not wanted and step.name in steps and not steps[step.name].get("pending"):
             continue
-        if step.name != "reference" and time.monotonic() + step.estimate_s > deadline:
+        if step.name != "reference" and time.monotonic() + step.estimate_s > deadline - MARGIN_S:
             print(f"gpu-check: {step.name} (~{step.estimate_s} s) would not finish in this call: run again", flush=True)
             break
         print(f"== {step.name}: {step.what}", flush=True)
@@ -591,11 +662,6 @@ def main(argv: list[str] | None = None) -> int:
         if result.get("pending"):
             print("gpu-check: out of this call's budget: run again to go on", flush=True)
             break
-    write_reports(state, folder, args.out)
-    pending = [s.name for s in STEPS if s.name not in steps or steps[s.name].get("pending")]
-    print(f"gpu-check: {len(STEPS) - len(pending)}/{len(STEPS)} steps done in this and earlier calls"
-          + (f"; pending: {', '.join(pending)}" if pending else ""), flush=True)
-    return 0
 
 
 def write_reports(state: dict[str, Any], folder: Path, out: str | None) -> None:

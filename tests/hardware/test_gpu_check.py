@@ -85,3 +85,61 @@ def test_what_runs_on_the_gpu_machine_imports_no_cli_or_agent_package() -> None:
             "print(sorted(bad & {m.split('.')[0] for m in sys.modules}))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stderr[-2000:]
+
+
+def _stand_in(gpu_check: Any, monkeypatch, tmp_path: Path, steps: tuple[Any, ...]) -> None:
+    monkeypatch.setattr(gpu_check, "STEPS", steps)
+    monkeypatch.setattr(gpu_check, "REPO", tmp_path)
+    monkeypatch.setattr(gpu_check, "ensure_importable", lambda: None)
+    monkeypatch.setattr(gpu_check, "gpu_identity", lambda: {"gpu": "Test GPU", "slug": "testgpu", "driver": "1.0",
+                                                            "torch": "x", "date": "2026-11-26T00:00:00+00:00"})
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+
+def test_a_call_cut_short_still_leaves_its_state_and_reports_in_out(tmp_path: Path, monkeypatch) -> None:
+    """The device machine goes back bare: what a call finished must be in --out even when a later
+    step is interrupted, and a failed step's report row must not break the Markdown."""
+    gpu_check = _script()
+
+    def broken(state: dict[str, Any], deadline: float) -> dict[str, Any]:
+        raise RuntimeError("no isolation here")
+
+    def interrupted(state: dict[str, Any], deadline: float) -> dict[str, Any]:
+        assert json.loads((out / "state.json").read_text())["steps"]["isolation"]["ok"] is False  # saved already
+        raise KeyboardInterrupt
+
+    out = tmp_path / "out"
+    _stand_in(gpu_check, monkeypatch, tmp_path, (
+        gpu_check.Step("doctor", 1, "first", lambda state, deadline: {"ok": True}),
+        gpu_check.Step("isolation", 1, "raises", broken),
+        gpu_check.Step("profile", 1, "interrupted", interrupted)))
+    with pytest.raises(KeyboardInterrupt):
+        gpu_check.main(["--budget-s", "100", "--out", str(out)])
+    report = (out / "gpu_check.md").read_text()
+    assert "| doctor | ok |" in report and "| isolation | FAILED | error: RuntimeError: no isolation here |" in report
+    assert "| profile | pending |" in report
+
+
+def test_the_closing_line_counts_failures_apart_from_what_is_done(tmp_path: Path, monkeypatch, capsys) -> None:
+    gpu_check = _script()
+    _stand_in(gpu_check, monkeypatch, tmp_path, (
+        gpu_check.Step("doctor", 1, "ok", lambda state, deadline: {"ok": True}),
+        gpu_check.Step("isolation", 1, "fails", lambda state, deadline: {"ok": False, "modes": {}}),
+        gpu_check.Step("reference", 1, "pending", lambda state, deadline: {"ok": False, "pending": True})))
+    assert gpu_check.main(["--budget-s", "100"]) == 0
+    assert "gpu-check: 1 ok, 1 failed (isolation), 1 pending (reference: run again)" in capsys.readouterr().out
+
+
+def test_a_timed_out_runs_captured_bytes_are_read_as_text() -> None:
+    gpu_check = _script()
+    assert gpu_check._text(b"FAILED tests/x.py::t\n") == "FAILED tests/x.py::t\n"
+    assert gpu_check._text(None) == "" and gpu_check._text("ok") == "ok"
+
+
+def test_no_run_is_given_more_than_the_call_has_left() -> None:
+    gpu_check = _script()
+    import time
+
+    assert gpu_check.left(time.monotonic() + 1000, 180.0) == 180.0
+    assert 75 <= gpu_check.left(time.monotonic() + 100, 180.0) <= 80  # 100 s left, less the margin for reports
+    assert gpu_check.left(time.monotonic() - 5, 180.0) == 1.0
