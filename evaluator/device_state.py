@@ -83,21 +83,30 @@ def host() -> str:
 
 def poison_free_memory(device: torch.device) -> None:
     """Fill the caching allocator's free blocks with NaN, so that a candidate reading memory it
-    did not write (a freed reference output, say) reads NaN, not an answer."""
+    did not write (a freed reference output, say) reads NaN, not an answer.
+
+    Block by block, largest first, each allocation the size of one free block (the allocator's
+    best fit then hands out that block or one of the same size): one allocation of the free total
+    fits no block when the free memory is split, and would reserve new memory instead."""
     if device.type != "cuda":
-        return
-    stats = torch.cuda.memory_stats(device)
-    free_cached = stats.get("reserved_bytes.all.current", 0) - stats.get("allocated_bytes.all.current", 0)
-    if free_cached <= 0:
         return
     chunks = []
     with contextlib.suppress(torch.cuda.OutOfMemoryError):
-        remaining = free_cached
-        while remaining > 2**20:
-            size = min(remaining, 2**30)
-            chunks.append(torch.full((size // 4,), float("nan"), dtype=torch.float32, device=device))
-            remaining -= size
+        for size in free_block_sizes(device):
+            chunks.append(_nan_block(size, device))
     del chunks
+
+
+def free_block_sizes(device: torch.device) -> list[int]:
+    """The sizes of the caching allocator's free (inactive) blocks on `device`, largest first."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    sizes = [int(block["size"]) for segment in torch.cuda.memory_snapshot() if segment.get("device") == index
+             for block in segment.get("blocks", []) if block.get("state") == "inactive" and block.get("size", 0) >= 512]
+    return sorted(sizes, reverse=True)
+
+
+def _nan_block(size: int, device: torch.device) -> torch.Tensor:
+    return torch.full((size // 4,), float("nan"), dtype=torch.float32, device=device)
 
 
 def _driver() -> ctypes.CDLL | None:

@@ -81,3 +81,33 @@ def test_an_access_window_on_the_current_stream_is_seen_and_cleared() -> None:
     assert "access-policy window" in device_state.take_l2_persistence(stream)
     assert device_state.access_window_bytes(stream) == 0
     assert device_state.take_l2_persistence(stream) == ""
+
+
+def test_free_memory_is_poisoned_block_by_block(monkeypatch) -> None:
+    """One allocation of the free total would fit no block when the free memory is split (and
+    reserve new memory instead): each free block gets an allocation of its own size."""
+    snapshot = [
+        {"device": 0, "blocks": [{"size": 200 << 20, "state": "inactive"},
+                                 {"size": 4 << 20, "state": "active_allocated"},
+                                 {"size": 2 << 20, "state": "inactive"}]},
+        {"device": 0, "blocks": [{"size": 512, "state": "inactive"}, {"size": 256, "state": "inactive"}]},
+        {"device": 1, "blocks": [{"size": 8 << 20, "state": "inactive"}]},
+    ]
+    monkeypatch.setattr(torch.cuda, "memory_snapshot", lambda *a, **k: snapshot)
+    allocated: list[int] = []
+    monkeypatch.setattr(device_state, "_nan_block", lambda size, device: allocated.append(size) or size)
+    device_state.poison_free_memory(torch.device("cuda", 0))
+    assert allocated == [200 << 20, 2 << 20, 512]  # this device's free blocks, largest first
+    device_state.poison_free_memory(torch.device("cpu"))
+    assert len(allocated) == 3
+
+
+@pytest.mark.gpu
+def test_freed_blocks_of_different_sizes_read_nan_after_poisoning() -> None:
+    device = torch.device("cuda", 0)
+    big, small, kept = (torch.ones(n, device=device) for n in (3 << 20, 1 << 18, 1 << 20))
+    del big, small
+    device_state.poison_free_memory(device)
+    assert torch.isnan(torch.empty(3 << 20, device=device)).all()
+    assert torch.isnan(torch.empty(1 << 18, device=device)).all()
+    del kept
