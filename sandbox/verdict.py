@@ -101,7 +101,7 @@ def over_limit(job: EvalJob, breach: Breach, stderr_tail: str, info: RunInfo) ->
                   f"exceeded the {breach.limit / gib:g} GiB limit (sandbox.memory_gb)",
         "processes": f"the job ran {breach.used} processes at once, its limit is {breach.limit}: a fork burst",
         "disk": f"the job's files (work folder, /tmp, /dev/shm) took {breach.used / gib:.2f} GiB, over the "
-                f"{breach.limit / gib:g} GiB limit (sandbox.disk_gb)",
+                f"{breach.limit / gib:g} GiB limit (sandbox.disk_gb)" + (f": {breach.detail}" if breach.detail else ""),
     }[breach.kind]
     error = ErrorRecord(type=_BREACH_TYPES[breach.kind], message=f"the watchdog killed the child: {message}",
                         signal=int(signal.SIGKILL), stderr_tail=stderr_tail)

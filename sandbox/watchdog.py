@@ -38,6 +38,7 @@ class Breach:
     kind: str  # memory | processes | disk
     used: int  # bytes, or processes
     limit: int
+    detail: str = ""  # where the bytes were (disk)
 
 
 def _stat(pid: int) -> tuple[int, int] | None:
@@ -100,14 +101,18 @@ def _mount_ns(pid: int | str) -> str | None:
 
 def private_tmpfs_bytes(pids: Iterable[int]) -> int:
     """Bytes used in the /tmp and /dev/shm of each mount namespace (other than ours) the tree's
-    processes live in, where those are private mounts (another filesystem than ours at the same
-    place: the fresh tmpfs of bwrap and unshare, which only this job writes)."""
+    processes live in, where those are private mounts (a tmpfs, another filesystem than ours at
+    the same place: the fresh tmpfs of bwrap and unshare, which only this job writes)."""
     ours, done, total = _mount_ns("self"), set(), 0
     for pid in pids:
         ns = _mount_ns(pid)
         if ns is None or ns == ours or ns in done:
             continue
-        used = [_private_used(f"/proc/{pid}/root/{where}", f"/{where}") for where in PRIVATE_TMPFS]
+        types = mount_types(_read(f"/proc/{pid}/mountinfo"))
+        if types is None:
+            continue
+        used = [_private_used(f"/proc/{pid}/root/{where}", f"/{where}", types.get(f"/{where}"))
+                for where in PRIVATE_TMPFS]
         if None in used:
             continue  # not readable through this process (gone, or not dumpable): try another
         done.add(ns)
@@ -115,11 +120,34 @@ def private_tmpfs_bytes(pids: Iterable[int]) -> int:
     return total
 
 
-def _private_used(path: str, ours: str) -> int | None:
-    """Bytes used on the filesystem at `path` if it is not the one we have at `ours` (0 when it
-    is: the host's own /tmp, seen before the sandbox mounted its tmpfs); None when unreadable."""
+def _read(path: str) -> str | None:
     try:
-        if os.stat(path).st_dev == os.stat(ours).st_dev:
+        return Path(path).read_text()
+    except OSError:
+        return None
+
+
+def mount_types(mountinfo: str | None) -> dict[str, str] | None:
+    """Mount point -> filesystem type, from a /proc/PID/mountinfo text (the last mount at a point
+    is the one seen there); None when there is no text."""
+    if mountinfo is None:
+        return None
+    types: dict[str, str] = {}
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if " - " not in line or len(fields) < 5:
+            continue
+        types[fields[4]] = line.split(" - ", 1)[1].split()[0]
+    return types
+
+
+def _private_used(path: str, ours: str, fs_type: str | None) -> int | None:
+    """Bytes used on the filesystem at `path` if it is a tmpfs other than the one we have at
+    `ours` (0 otherwise: the host's own /tmp seen before the sandbox mounted its tmpfs, or any
+    filesystem that is not a tmpfs, whose usage is a whole disk's and not the job's); None when
+    unreadable."""
+    try:
+        if fs_type != "tmpfs" or os.stat(path).st_dev == os.stat(ours).st_dev:
             return 0
         st = os.statvfs(path)
     except OSError:
@@ -174,9 +202,10 @@ class ProcessTree:
                 return Breach("memory", pss, self.memory_limit)
         if self.disk_limit is not None and time.monotonic() >= self._next_disk:
             self._next_disk = time.monotonic() + DISK_PERIOD_S
-            used = allocated_bytes(self.watch_dirs) + private_tmpfs_bytes(members)
-            if used > self.disk_limit:
-                return Breach("disk", used, self.disk_limit)
+            files, tmpfs = allocated_bytes(self.watch_dirs), private_tmpfs_bytes(members)
+            if files + tmpfs > self.disk_limit:
+                return Breach("disk", files + tmpfs, self.disk_limit,
+                              f"work folder {files / 2**30:.2f} GiB, private /tmp and /dev/shm {tmpfs / 2**30:.2f} GiB")
         return None
 
     def kill(self, pgid: int, grace_s: float, reap: Callable[[], object] = lambda: None) -> None:

@@ -141,6 +141,7 @@ def test_many_files_in_the_work_folder_hit_the_disk_cap(tmp_path: Path, mode: st
     assert result.status == Status.CRASH, result.candidate_meta
     assert result.error is not None and result.error.type == "DiskLimit", result.error
     assert "sandbox.disk_gb" in result.error.message
+    assert "(sandbox.disk_gb): work folder 0." in result.error.message  # where the bytes were
     assert list((tmp_path / "work").glob("job-*")) == []
 
 
@@ -222,3 +223,19 @@ def test_process_tree_is_unaffected_by_our_own_namespace(tmp_path: Path) -> None
     from agentforge.sandbox.watchdog import private_tmpfs_bytes
 
     assert private_tmpfs_bytes([os.getpid()]) == 0
+
+
+def test_only_a_private_tmpfs_counts_towards_the_disk_cap() -> None:
+    """A /tmp or /dev/shm seen through another mount namespace counts only when it is a tmpfs: a
+    disk filesystem there (a bind, an overlay) reports the whole disk's use, not the job's (a CI run
+    once killed an honest job for 78 GiB, the VM's whole disk)."""
+    from agentforge.sandbox.watchdog import _private_used, mount_types
+
+    mountinfo = ("22 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
+                 "30 22 0:40 / /tmp rw,nosuid - ext4 /dev/vda rw\n"
+                 "31 22 0:27 / /dev/shm rw - tmpfs tmpfs rw\n"
+                 "32 22 0:41 / /tmp rw - tmpfs tmpfs rw,size=262144k\n")
+    assert mount_types(mountinfo) == {"/": "ext4", "/tmp": "tmpfs", "/dev/shm": "tmpfs"}  # the last at /tmp
+    assert mount_types(None) is None
+    assert _private_used("/", "/dev/shm", "ext4") == 0  # another filesystem, but a disk: not the job's
+    assert _private_used("/dev/shm", "/dev/shm", "tmpfs") == 0  # our own tmpfs
