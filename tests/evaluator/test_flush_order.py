@@ -9,18 +9,12 @@ process: it records the worker's input copies, flushes and its own calls, in ord
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
-import torch
-from agentforge.evaluator.remote import WorkerClient
 from agentforge.evaluator.result import TimingConfig
-from agentforge.evaluator.stage_correctness import build_remote
-from agentforge.evaluator.stage_timing import measure
 
-from agentforge.task import Task
+from .worker_timing import time_in_worker
 
-TASK = Path(__file__).resolve().parents[1] / "exploits" / "tasks" / "elementwise_relu.py"
 WATCHER = '''
 import json
 import torch
@@ -52,22 +46,8 @@ class ModelNew(nn.Module):
 
 def test_the_inputs_are_copied_before_the_flush_of_every_timed_call(tmp_path: Path) -> None:
     log = tmp_path / "events.json"
-    task = Task("elementwise_relu", TASK.read_text())
-    device = torch.device("cpu")
-    client = WorkerClient.spawn()
-    try:
-        client.setup(workdir=os.getcwd(), cache_dir=str(tmp_path / "cache"), cpu_threads=1, device="cpu",
-                     torch_switches=True)
-        loaded = client.request("load", source=WATCHER.format(log=str(log)), backend="cpu", compile_only=False,
-                                arch="sm_90a", device="cpu", interpret=False, module_name="flush_order_candidate")
-        assert loaded["has_model"], loaded
-        reference, candidate = build_remote(task, client, "default", 1234, device)
-        config = TimingConfig(warmup=1, min_reps=5, max_reps=5, flush_l2=True, recheck_fraction=0.0)
-        with torch.no_grad():
-            measure(task, "default", candidate, reference, torch.float64, device, config, (), (), (1e-5, 1e-5),
-                    seed=7, cpu_threads=1)
-    finally:
-        client.close()
+    config = TimingConfig(warmup=1, min_reps=5, max_reps=5, flush_l2=True, recheck_fraction=0.0)
+    time_in_worker(WATCHER.format(log=str(log)), tmp_path, config, "flush_order_candidate", seed=7)
     events = json.loads(log.read_text())
     timed = [i for i, e in enumerate(events) if e == "call" and i >= 2 and events[i - 1] == "flush"]
     assert len(timed) >= 5, events  # each timed call came straight after a flush...

@@ -27,7 +27,8 @@ from agentforge.evaluator.stage_timing import (
 
 from agentforge.task import Task
 
-TASK = Path(__file__).resolve().parents[1] / "exploits" / "tasks" / "elementwise_relu.py"
+from .worker_timing import TASK, time_in_worker
+
 SLOW_RELU = '''
 import time
 import torch
@@ -48,21 +49,7 @@ CONFIG = TimingConfig(warmup=1, min_reps=6, max_reps=6, flush_l2=False, recheck_
 
 
 def timed(source: str, tmp_path: Path, config: TimingConfig = CONFIG) -> tuple[list[tuple[str, str]], float]:
-    task = Task("elementwise_relu", TASK.read_text())
-    device = torch.device("cpu")
-    client = WorkerClient.spawn()
-    try:
-        client.setup(workdir=os.getcwd(), cache_dir=str(tmp_path / "cache"), cpu_threads=1, device="cpu",
-                     torch_switches=True)
-        loaded = client.request("load", source=source, backend="cpu", compile_only=False, arch="sm_90a",
-                                device="cpu", interpret=False, module_name="clock_test_candidate")
-        assert loaded["has_model"], loaded
-        reference, candidate = build_remote(task, client, "default", 1234, device)
-        with torch.no_grad():
-            outcome = measure(task, "default", candidate, reference, torch.float64, device, config, (), (),
-                              (1e-5, 1e-5), seed=99, cpu_threads=1)
-    finally:
-        client.close()
+    outcome = time_in_worker(source, tmp_path, config, "clock_test_candidate")
     return outcome.evidence, outcome.record.candidate.median_us
 
 

@@ -41,6 +41,15 @@ def test_the_plan_fits_the_15_minute_goal() -> None:
     assert sum(step.estimate_s for step in gpu_check.STEPS) <= 15 * 60
 
 
+def _stand_in(gpu_check: Any, monkeypatch, tmp_path: Path, steps: tuple[Any, ...]) -> None:
+    monkeypatch.setattr(gpu_check, "STEPS", steps)
+    monkeypatch.setattr(gpu_check, "REPO", tmp_path)
+    monkeypatch.setattr(gpu_check, "ensure_importable", lambda: None)
+    monkeypatch.setattr(gpu_check, "gpu_identity", lambda: {"gpu": "Test GPU", "slug": "testgpu", "driver": "1.0",
+                                                            "torch": "x", "date": "2026-11-26T00:00:00+00:00"})
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+
 def test_steps_done_are_skipped_by_the_next_call_and_a_step_over_budget_waits(tmp_path: Path, monkeypatch) -> None:
     gpu_check = _script()
     calls: list[str] = []
@@ -53,12 +62,7 @@ def test_steps_done_are_skipped_by_the_next_call_and_a_step_over_budget_waits(tm
 
     steps = (gpu_check.Step("doctor", 1, "first", make("doctor")),
              gpu_check.Step("timing_fidelity", 400, "second", make("timing_fidelity")))
-    monkeypatch.setattr(gpu_check, "STEPS", steps)
-    monkeypatch.setattr(gpu_check, "REPO", tmp_path)
-    monkeypatch.setattr(gpu_check, "ensure_importable", lambda: None)
-    monkeypatch.setattr(gpu_check, "gpu_identity", lambda: {"gpu": "Test GPU", "slug": "testgpu", "driver": "1.0",
-                                                            "torch": "x", "date": "2026-11-25T00:00:00+00:00"})
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    _stand_in(gpu_check, monkeypatch, tmp_path, steps)
     out = tmp_path / "out"
     assert gpu_check.main(["--budget-s", "100", "--out", str(out)]) == 0
     assert calls == ["doctor"]  # the second step would not finish in 100 s
@@ -67,7 +71,7 @@ def test_steps_done_are_skipped_by_the_next_call_and_a_step_over_budget_waits(tm
     assert gpu_check.main(["--budget-s", "1000"]) == 0
     assert calls == ["doctor", "timing_fidelity"]  # doctor was done: not run again
     report = (tmp_path / "results" / "gpu" / "testgpu" / "gpu_check.md").read_text()
-    assert "Test GPU" in report and "driver 1.0" in report and "2026-11-25" in report
+    assert "Test GPU" in report and "driver 1.0" in report and "2026-11-26" in report
     assert "| timing_fidelity | ok |" in report
 
 
@@ -85,15 +89,6 @@ def test_what_runs_on_the_gpu_machine_imports_no_cli_or_agent_package() -> None:
             "print(sorted(bad & {m.split('.')[0] for m in sys.modules}))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stderr[-2000:]
-
-
-def _stand_in(gpu_check: Any, monkeypatch, tmp_path: Path, steps: tuple[Any, ...]) -> None:
-    monkeypatch.setattr(gpu_check, "STEPS", steps)
-    monkeypatch.setattr(gpu_check, "REPO", tmp_path)
-    monkeypatch.setattr(gpu_check, "ensure_importable", lambda: None)
-    monkeypatch.setattr(gpu_check, "gpu_identity", lambda: {"gpu": "Test GPU", "slug": "testgpu", "driver": "1.0",
-                                                            "torch": "x", "date": "2026-11-26T00:00:00+00:00"})
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
 
 
 def test_a_call_cut_short_still_leaves_its_state_and_reports_in_out(tmp_path: Path, monkeypatch) -> None:
