@@ -28,7 +28,8 @@ class Typed:
         return self.stdout + self.stderr
 
     def explain(self) -> str:
-        return f"$ {self.command}\n[exit {self.returncode}]\n--- stdout ---\n{self.stdout[-6000:]}\n--- stderr ---\n{self.stderr[-6000:]}"
+        return (f"$ {self.command}\n[exit {self.returncode}]\n--- stdout ---\n{self.stdout[-6000:]}\n"
+                f"--- stderr ---\n{self.stderr[-6000:]}")
 
 
 def user_env(home: Path, **extra: str) -> dict[str, str]:
