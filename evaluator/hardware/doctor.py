@@ -206,23 +206,31 @@ def check_triton(facts: Facts) -> Check:
     return Check("triton", OK, f"triton {version}: Triton candidates run {where}")
 
 
-def check_device_nodes(facts: Facts) -> Check:
-    """The sandbox user (uid 65534, no supplementary groups) must open /dev/nvidia*."""
+def check_device_nodes(facts: Facts, dev: str = "/dev") -> Check:
+    """The sandbox user (uid 65534, no supplementary groups) must open /dev/nvidia*. Only character
+    devices count: a MIG-capable card's /dev/nvidia-caps is a folder (0755), not a node to open."""
     if facts.driver_cuda is None:
         return Check("device nodes", INFO, "no /dev/nvidia* (no NVIDIA driver)")
-    nodes = sorted(p for p in os.listdir("/dev") if p.startswith("nvidia"))
-    paths = [f"/dev/{n}" for n in nodes]
-    closed = [p for p in paths if os.path.exists(p) and not _others_rw(p)]
+    nodes = sorted(p for p in os.listdir(dev) if p.startswith("nvidia") and _is_char_device(os.path.join(dev, p)))
+    paths = [os.path.join(dev, n) for n in nodes]
+    closed = [p for p in paths if not _others_rw(p)]
     missing = [n for n in ("nvidiactl", "nvidia-uvm") if n not in nodes]
     if missing:
         return Check("device nodes", FAIL if "nvidiactl" in missing else WARN,
-                     f"missing: {', '.join('/dev/' + m for m in missing)} (nvidia-uvm is created on the first CUDA "
-                     "use by root; a sandbox child as uid 65534 cannot create it)",
+                     f"missing: {', '.join(os.path.join(dev, m) for m in missing)} (nvidia-uvm is created on the "
+                     "first CUDA use by root; a sandbox child as uid 65534 cannot create it)",
                      "run `nvidia-modprobe -u -c=0` (or any CUDA program as root) before evaluating")
     if closed:
         return Check("device nodes", FAIL, f"not readable and writable by others: {', '.join(closed)}",
                      "chmod 0666 those nodes (the sandbox child runs as uid 65534 with no groups)")
     return Check("device nodes", OK, f"{len(paths)} nodes, all open to the sandbox user: {', '.join(nodes[:6])}")
+
+
+def _is_char_device(path: str) -> bool:
+    try:
+        return stat.S_ISCHR(os.stat(path).st_mode)
+    except OSError:  # a dangling link: nothing to open
+        return False
 
 
 def _others_rw(path: str) -> bool:
