@@ -254,7 +254,20 @@ def check_ncu(facts: Facts) -> Check:
                      "its profiles will say ERR_NVGPUCTRPERM",
                      "load the driver with NVreg_RestrictProfilingToAdminUsers=0 "
                      "(options nvidia NVreg_RestrictProfilingToAdminUsers=0 in /etc/modprobe.d, then reload)")
-    return Check("ncu", OK, f"{binary}: {version}" + ("; counters open to all users" if restricted is False else ""))
+    return Check("ncu", OK, f"{binary}: {version}" + ("; counters open to all users" if restricted is False else "")
+                 + (_metric_coverage(binary) if facts.gpu else ""))
+
+
+def _metric_coverage(binary: str) -> str:
+    """Which of the judge's metrics this GPU lacks (`ncu --query-metrics`): each is dropped before a
+    profile runs, rather than found by a failed run and a rerun."""
+    from agentforge.evaluator.hardware import ncu
+
+    kept, dropped = ncu.prune_metrics(ncu.CURATED_METRICS, ncu.query_metrics(binary))
+    if ncu.query_metrics(binary) is None:
+        return "; `ncu --query-metrics` gave no listing: a metric this GPU lacks costs a profile rerun"
+    return (f"; {len(kept)} of {len(ncu.CURATED_METRICS)} curated metrics on this GPU"
+            + (f" (dropped before each profile: {', '.join(m.split('.')[0] for m in dropped)})" if dropped else ""))
 
 
 def check_isolation(facts: Facts) -> Check:

@@ -127,6 +127,7 @@ class NcuOptions:
     timeout_s: float = 600.0
     cuda_available: bool | None = None  # None: ask torch
     extra_args: tuple[str, ...] = field(default_factory=tuple)
+    query_metrics: bool = True  # ask `ncu --query-metrics` first and drop what this GPU lacks
 
 
 # ----- finding and building -----------------------------------------------------------------
@@ -200,6 +201,9 @@ def profile_command(command: Sequence[str], options: NcuOptions = NcuOptions(),
         return _unavailable("ncu talks to the profiled process over a loopback TCP port, and loopback is down "
                             "here (a network namespace without 'lo' up, as under the sandbox's `unshare` "
                             "isolation): use bwrap isolation, which brings loopback up, to get profiles")
+    if options.query_metrics and options.metrics:
+        kept, _ = prune_metrics(options.metrics, query_metrics(ncu, min(options.timeout_s, QUERY_TIMEOUT_S)))
+        options = replace(options, metrics=kept or options.metrics)
     record, output = _run(ncu, command, options, cwd)
     for _ in range(MAX_METRIC_RETRIES):  # an architecture without some metric: drop it, run again
         unknown = unknown_metrics(output, options.metrics) if not record.available else set()
@@ -209,6 +213,46 @@ def profile_command(command: Sequence[str], options: NcuOptions = NcuOptions(),
         options = replace(options, metrics=kept)
         record, output = _run(ncu, command, options, cwd)
     return record
+
+
+# ----- which metrics this GPU has --------------------------------------------------------------
+# `ncu --query-metrics` lists the device's base metric names (no rollup suffix). Asked once per ncu
+# binary and process, it costs a second or two; each unknown metric found by a profile instead
+# costs a whole rerun of the profiled program (MAX_METRIC_RETRIES).
+QUERY_TIMEOUT_S = 60.0
+_QUERIED: dict[str, frozenset[str] | None] = {}
+_METRIC_NAME = re.compile(r'^"?([a-z][a-z0-9]*__[A-Za-z0-9_]+)"?(?:[\s,]|$)')
+
+
+def parse_query_metrics(text: str) -> frozenset[str]:
+    """Base metric names in `ncu --query-metrics` output (a table or CSV of name, description);
+    banner, header and ruler lines are skipped."""
+    return frozenset(m.group(1) for line in text.splitlines() if (m := _METRIC_NAME.match(line.strip())))
+
+
+def query_metrics(ncu: str, timeout_s: float = QUERY_TIMEOUT_S) -> frozenset[str] | None:
+    """The base metric names the GPU at hand offers, or None when ncu could not say."""
+    if ncu not in _QUERIED:
+        try:
+            proc = subprocess.run([ncu, "--query-metrics"], capture_output=True, text=True, timeout=timeout_s,
+                                  check=False)
+            names = parse_query_metrics(proc.stdout) if proc.returncode == 0 else frozenset()
+        except (OSError, subprocess.SubprocessError):
+            names = frozenset()
+        _QUERIED[ncu] = names if len(names) >= 20 else None  # a few names: not a listing to prune by
+    return _QUERIED[ncu]
+
+
+def prune_metrics(metrics: Sequence[str], available: frozenset[str] | None,
+                  ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(kept, dropped): a metric is dropped when the listing has its unit (`sm__`, `dram__`, ...)
+    but not its base name; a unit the listing lacks entirely (`launch__`) is kept for ncu to judge."""
+    if not available:
+        return tuple(metrics), ()
+    units = {name.split("__", 1)[0] for name in available}
+    dropped = tuple(m for m in metrics
+                    if m.split(".", 1)[0] not in available and m.split("__", 1)[0] in units)
+    return tuple(m for m in metrics if m not in dropped), dropped
 
 
 def _run(ncu: str, command: Sequence[str], options: NcuOptions,

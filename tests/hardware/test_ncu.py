@@ -121,6 +121,7 @@ def _fake_ncu(folder: Path, body: str) -> Path:
 
 def _options(folder: Path, **kw) -> ncu.NcuOptions:
     kw.setdefault("cuda_available", True)
+    kw.setdefault("query_metrics", False)  # these fakes answer the profile only; the query has its own tests
     return ncu.NcuOptions(search_path=str(folder), **kw)
 
 
@@ -368,3 +369,40 @@ def test_the_profiled_program_runs_with_the_judges_numeric_switches(monkeypatch)
     assert profile_target.main("job.json") == 0
     assert seen == {"cudnn_tf32": False, "matmul_tf32": False, "precision": "highest", "deterministic": False}
     assert torch.backends.cudnn.allow_tf32 is True  # put back afterwards
+
+
+# ----- the metrics this GPU has: asked once, pruned before the profile runs ----------------------
+def test_query_metrics_listing_is_parsed_to_base_names() -> None:
+    names = ncu.parse_query_metrics((FIXTURES / "query_metrics_gh100.txt").read_text())
+    assert "dram__bytes_read" in names and "sm__inst_executed_pipe_fma" in names
+    assert "Metric" not in " ".join(names) and not any(n.startswith("-") for n in names)
+    assert ncu.parse_query_metrics('"Metric Name","Metric Description"\n"sm__cycles_active","# of cycles"\n') \
+        == frozenset({"sm__cycles_active"})
+
+
+def test_metrics_the_gpu_lacks_are_pruned_and_unlisted_units_kept() -> None:
+    names = ncu.parse_query_metrics((FIXTURES / "query_metrics_gh100.txt").read_text())
+    kept, dropped = ncu.prune_metrics(ncu.CURATED_METRICS, names)
+    assert set(dropped) == {"sm__inst_executed_pipe_fp32.avg.pct_of_peak_sustained_active",
+                            "sm__inst_executed_pipe_tensor.avg.pct_of_peak_sustained_active"}
+    assert "launch__registers_per_thread" in kept and "dram__bytes.sum.per_second" in kept
+    assert ncu.prune_metrics(ncu.CURATED_METRICS, None) == (ncu.CURATED_METRICS, ())
+
+
+def test_the_profile_runs_once_with_the_pruned_metrics(tmp_path) -> None:
+    """One query, then one profiled run without the two pipes: no rerun for an unknown metric."""
+    bin_dir, calls, args_file = tmp_path / "bin", tmp_path / "calls", tmp_path / "args"
+    _fake_ncu(bin_dir, f'if [ "$1" = "--query-metrics" ]; then echo query >> "{calls}"; '
+                       f'cat \'{FIXTURES / "query_metrics_gh100.txt"}\'; exit 0; fi\n'
+                       f'echo call >> "{calls}"\nprintf "%s\\n" "$@" > "{args_file}"\n'
+                       f"cat '{FIXTURES / 'raw_two_kernels.csv'}'")
+    ncu._QUERIED.clear()
+    record = ncu.profile_script("bench.py", options=_options(bin_dir, query_metrics=True))
+    assert record.available, record.reason
+    assert calls.read_text().split() == ["query", "call"]
+    metrics = args_file.read_text().split("\n")[args_file.read_text().split("\n").index("--metrics") + 1]
+    assert "sm__inst_executed_pipe_fp32" not in metrics and "sm__inst_executed_pipe_tensor" not in metrics
+    assert "dram__bytes_read.sum" in metrics and "launch__registers_per_thread" in metrics
+    ncu.profile_script("bench.py", options=_options(bin_dir, query_metrics=True))
+    assert calls.read_text().split() == ["query", "call", "call"]  # asked once per process
+    ncu._QUERIED.clear()

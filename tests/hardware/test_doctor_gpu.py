@@ -1,5 +1,6 @@
-"""The doctor's /dev/nvidia* check on a fake /dev tree: only character devices count, so a
-MIG-capable card's /dev/nvidia-caps folder (0755) does not fail a normal H100 (issue 32)."""
+"""The doctor's GPU lines without a GPU: /dev/nvidia* on a fake /dev tree (only character devices count, so
+a MIG-capable card's /dev/nvidia-caps folder, 0755, does not fail a normal H100) and the metrics
+ncu lacks on this GPU, through fake ncu binaries (issue 32)."""
 
 from __future__ import annotations
 
@@ -70,3 +71,24 @@ def test_a_missing_control_node_fails_and_a_missing_uvm_warns(tmp_path: Path) ->
     (dev2 / "nvidia-uvm-tools").mkdir()  # a folder of that name is no node either
     check = doctor.check_device_nodes(FACTS, str(dev2))
     assert check.status == doctor.WARN and "nvidia-uvm" in check.detail
+
+
+def test_the_ncu_line_names_the_curated_metrics_this_gpu_lacks(tmp_path: Path) -> None:
+    from agentforge.evaluator.hardware import ncu
+
+    fixture = Path(__file__).parent / "fixtures" / "query_metrics_gh100.txt"
+    fake = tmp_path / "ncu"
+    fake.write_text(f"#!/bin/sh\n[ \"$1\" = \"--query-metrics\" ] && cat '{fixture}'\n")
+    fake.chmod(0o755)
+    ncu._QUERIED.clear()
+    try:
+        line = doctor._metric_coverage(str(fake))
+    finally:
+        ncu._QUERIED.clear()
+    assert f"{len(ncu.CURATED_METRICS) - 2} of {len(ncu.CURATED_METRICS)} curated metrics" in line
+    assert "sm__inst_executed_pipe_fp32" in line and "sm__inst_executed_pipe_tensor" in line
+    silent = tmp_path / "silent"
+    silent.write_text("#!/bin/sh\nexit 1\n")
+    silent.chmod(0o755)
+    assert "costs a profile rerun" in doctor._metric_coverage(str(silent))
+    ncu._QUERIED.clear()
