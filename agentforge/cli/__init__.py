@@ -23,7 +23,8 @@ app = typer.Typer(
 )
 
 # In the order `--help` lists them.
-COMMAND_MODULES = ("optimize", "export", "eval", "tasks", "kernels", "gpu", "doctor", "leaderboard", "rl")
+COMMAND_MODULES = ("optimize", "export", "eval", "tasks", "kernels", "gpu", "doctor", "leaderboard", "rl",
+                   "rl_reward")  # rl_reward adds `rl serve-rewards` to rl's group
 
 
 def _register_all() -> None:

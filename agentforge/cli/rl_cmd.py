@@ -25,42 +25,39 @@ def _load(config: Path, output_dir: str | None):
         raise typer.Exit(2) from exc
 
 
-@rl_app.command("train")
-def train(
-    config: Path = typer.Option(..., "--config", "-c", help=CONFIG_HELP),
-    max_steps: int | None = typer.Option(None, help="Stop after this many optimizer steps."),
-    output_dir: str | None = typer.Option(None, help="Override [output] dir."),
-) -> None:
-    """GRPO with TRL, rewarded by the hardened evaluator through the reward service."""
+def _run_trainer(which: str, config: Path, max_steps: int | None, output_dir: str | None) -> None:
+    """Load the config, run TRL's `which` trainer (`grpo` or `sft`) and report; a config problem
+    found on the way is one line and exit 2."""
     cfg = _load(config, output_dir)
+    from agentforge.rl import trl_train
     from agentforge.rl.config import RLConfigError
-    from agentforge.rl.trl_train import train_grpo
 
+    trainer = {"grpo": trl_train.train_grpo, "sft": trl_train.train_sft}[which]
     try:
-        outcome = train_grpo(cfg, max_steps=max_steps)
+        outcome = trainer(cfg, max_steps=max_steps)
     except RLConfigError as exc:
         err_console.print(f"[red]config:[/red] {exc}")
         raise typer.Exit(2) from exc
     _report(outcome)
+
+
+CONFIG_OPTION = typer.Option(..., "--config", "-c", help=CONFIG_HELP)
+MAX_STEPS_OPTION = typer.Option(None, help="Stop after this many optimizer steps.")
+OUTPUT_DIR_OPTION = typer.Option(None, help="Override the config's \\[output] dir.")
+
+
+@rl_app.command("train")
+def train(config: Path = CONFIG_OPTION, max_steps: int | None = MAX_STEPS_OPTION,
+          output_dir: str | None = OUTPUT_DIR_OPTION) -> None:
+    """GRPO with TRL, rewarded by the hardened evaluator through the reward service."""
+    _run_trainer("grpo", config, max_steps, output_dir)
 
 
 @rl_app.command("sft")
-def sft(
-    config: Path = typer.Option(..., "--config", "-c", help=CONFIG_HELP),
-    max_steps: int | None = typer.Option(None, help="Stop after this many optimizer steps."),
-    output_dir: str | None = typer.Option(None, help="Override [output] dir."),
-) -> None:
+def sft(config: Path = CONFIG_OPTION, max_steps: int | None = MAX_STEPS_OPTION,
+        output_dir: str | None = OUTPUT_DIR_OPTION) -> None:
     """Warm start with TRL's SFT trainer on verified kernels (reference kernels, accepted runs)."""
-    cfg = _load(config, output_dir)
-    from agentforge.rl.config import RLConfigError
-    from agentforge.rl.trl_train import train_sft
-
-    try:
-        outcome = train_sft(cfg, max_steps=max_steps)
-    except RLConfigError as exc:
-        err_console.print(f"[red]config:[/red] {exc}")
-        raise typer.Exit(2) from exc
-    _report(outcome)
+    _run_trainer("sft", config, max_steps, output_dir)
 
 
 @rl_app.command("data")
@@ -241,5 +238,4 @@ def _report(outcome) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    from agentforge.cli import rl_reward_cmd  # noqa: F401 - adds `rl serve-rewards` to rl_app
     app.add_typer(rl_app, name="rl")

@@ -1,4 +1,6 @@
-"""`agentforge rl serve-rewards`: the reward service over HTTP for trainers in other processes."""
+"""`agentforge rl serve-rewards`: the reward service over HTTP for trainers in other processes.
+
+Registered by the CLI's root after `rl_cmd` (this module imports `rl_cmd`, never the reverse)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,11 @@ from agentforge.cli.common import console, err_console
 from agentforge.cli.rl_cmd import CONFIG_HELP, rl_app
 
 
-@rl_app.command("serve-rewards")
+def register(app: typer.Typer) -> None:
+    """Add `serve-rewards` under `agentforge rl` (`app` is the root; the command lives in `rl_app`)."""
+    rl_app.command("serve-rewards")(serve_rewards)
+
+
 def serve_rewards(
     config: Path = typer.Option(..., "--config", "-c", help=CONFIG_HELP + " Only [reward] and [service] are used."),
     host: str = typer.Option("127.0.0.1", help="Address to bind; the server has no authentication, "
