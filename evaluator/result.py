@@ -68,8 +68,10 @@ class TimingConfig:
     recheck_fraction: float = 0.1  # share of timed outputs re-checked against the reference
     # CUDA: a device-side wait queued before every start event, on both sides (the judge's
     # baselines and the candidate's worker), so the host's launch overhead stays outside the timed
-    # window as in Triton's do_bench (timing.head_start). Off until `make gpu-check` has measured it.
-    head_start: bool = False
+    # window as in Triton's do_bench (timing.head_start). On: without it each sample of a flushed,
+    # idle GPU carries the host's 5-8 us before the first launch (and any host cost of the worker's
+    # operator observer); `make gpu-check` times both ways against ncu. No effect on the CPU.
+    head_start: bool = True
 
 
 @dataclass(frozen=True)
