@@ -3,8 +3,9 @@
 `torch.profiler` with `profile_all_threads` rests on RecordFunction, torch's C++-level observer:
 the dispatcher's thread-local switches and the mode stack that step around a `TorchDispatchMode`
 do not step around it, and it sees threads a dispatch mode (thread-local) never does. It costs
-about 0.2 us per operator on the 2-core machine; the judge runs its baselines' timed calls under
-the same observer, so that cost falls on every subject alike.
+4-8 us of host time per operator on the 2-core machine (measured 2026-11-27): the judge times its
+baselines without it (a cost per operator inflates eager, with its many operators, over a fused
+candidate), so it falls on the candidate alone; on CUDA the head start hides it.
 
 The worker marks each candidate call with a `WINDOW` scope (and each interpreted Triton launch
 with `HARNESS_WINDOW`, whose tensor moves are the interpreter's, not the candidate's).
