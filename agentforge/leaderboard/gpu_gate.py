@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agentforge.candidate import Candidate
-from agentforge.evaluator.result import EvalResult, Measure
+from agentforge.evaluator.result import EvalResult, Measure, TimingConfig
 from agentforge.task import Task
 
 
@@ -47,21 +47,26 @@ class DeviceGate:
 
 def gated_evaluate(
     settings: Any, gate: DeviceGate, device: str, *, evaluate: Callable[..., EvalResult] | None = None,
-    baselines: tuple[str, ...] = ("eager", "compile"),
+    baselines: tuple[str, ...] = ("eager", "compile"), shapes: tuple[str, ...] = (),
+    timing: TimingConfig | None = None, compile_modes: tuple[str, ...] = (),
 ) -> Callable[[Task, Candidate], EvalResult]:
     """The agent loop's `evaluate`, with each CUDA job holding its GPU through `gate`; `baselines`
-    as `leaderboard run --no-compile-baseline` asks (torch.compile is slow to build)."""
+    as `leaderboard run --no-compile-baseline` asks (torch.compile is slow to build). `shapes`,
+    `timing` and `compile_modes` as `--shape` and `--quick` ask (empty or None: the evaluator's
+    defaults, the backend's shapes among them)."""
     from agentforge.evaluator.api import evaluate as sandbox_evaluate
     from agentforge.evaluator.api import make_job
     from agentforge.sandbox.config import from_settings
 
     sandbox = from_settings(settings.sandbox, settings.cache_dir)
     run_job = evaluate or sandbox_evaluate
-    measure = Measure(baselines=baselines, profile=settings.eval.profile)
+    modes = {"compile_modes": compile_modes} if compile_modes else {}
+    measure = Measure(baselines=baselines, profile=settings.eval.profile, **modes)
 
     def run(task: Task, candidate: Candidate) -> EvalResult:
         job = make_job(task, candidate, device="cpu" if candidate.backend == "cpu" else device,
                        track=settings.eval.track, measure=measure, cuda_arch=settings.eval.cuda_arch,
+                       shapes=shapes, timing=timing, timing_shape=shapes[0] if shapes else "default",
                        cache_dir=str(Path(settings.cache_dir).expanduser()))
         if sandbox.kind == "ray":
             return run_job(job, sandbox)

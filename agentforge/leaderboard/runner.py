@@ -26,11 +26,11 @@ from typing import Any
 
 from agentforge.candidate import Candidate, Provenance, code_hash
 from agentforge.evaluator.api import make_job as evaluator_make_job
-from agentforge.evaluator.result import EvalJob, EvalResult, Measure, Status
+from agentforge.evaluator.result import TRACKS, EvalJob, EvalResult, Measure, Status, TimingConfig
 from agentforge.leaderboard.kernels_dir import scan_kernels
 from agentforge.leaderboard.suites import Holdout, Suite, SuiteTask
 from agentforge.store import ResultsStore
-from agentforge.task import TaskText
+from agentforge.task import CPU_SHAPE, TaskText, declared_shape_names
 
 # jobs, on_result(result) -> results in job order
 Executor = Callable[[Sequence[EvalJob], Callable[[EvalResult], None]], list[EvalResult]]
@@ -45,6 +45,10 @@ class JobOptions:
     tracks: tuple[str, ...] = ("hardened", "kernelbench")
     cache_dir: str | None = None
     measure: Measure | None = None  # None: the evaluator's default (eager and torch.compile baselines)
+    # () checks the backend's shapes (on the CPU the task's `cpu` variant, then `small`), as
+    # `agentforge eval` does; else these variants, the first one timed
+    shapes: tuple[str, ...] = ()
+    timing: TimingConfig | None = None  # None: the track's default (`--quick` lowers it)
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,27 @@ class RunReport:
     results: list[EvalResult] = field(default_factory=list)  # of the jobs that ran, in plan order
     task_errors: dict[str, str] = field(default_factory=dict)  # task -> why it failed on its own
     skipped_task_error: int = 0  # jobs not run because their task failed on its own
+
+
+CPU_TRACK_NOTE = ("on the CPU, ranking on the hardened track only: the kernelbench track always checks and times "
+                  "each task's default shape, and a task with a `cpu` shape variant sizes that default for a GPU; "
+                  "ask for it with --track kernelbench")
+
+
+def default_tracks(suite: Suite, on_cpu: bool) -> tuple[str, ...]:
+    """The tracks ranked when none is named: both, but on the CPU only the hardened one when a
+    task of the suite declares a `cpu` shape variant (its default shape, the only one the
+    kernelbench track uses, is sized for a GPU: 16 GiB jobs killed for memory)."""
+    if not on_cpu:
+        return TRACKS
+    for task in suite.tasks:
+        try:
+            names = declared_shape_names(task.path.read_text())
+        except (OSError, UnicodeDecodeError):
+            continue
+        if names and CPU_SHAPE in names:
+            return ("hardened",)
+    return TRACKS
 
 
 def job_key(entry: str, suite: str, track: str, task: str, sample: int, source: str) -> str:
@@ -90,9 +115,13 @@ def make_job(
     """One evaluation job, built by the evaluator's `make_job` (it knows each track's settings)."""
     backend = detect_backend(source) if options.backend == "detect" else options.backend
     candidate = Candidate(source=source, backend=backend, provenance=Provenance(source="file"))
-    job = evaluator_make_job(TaskText(task.name, task.path.read_text(), task.path), candidate,
+    text = task.path.read_text()
+    # The shape names, read from the file's text, let the evaluator pick the backend's shapes:
+    # without them a CPU job checks and times the task's GPU-sized default shape.
+    job = evaluator_make_job(TaskText(task.name, text, task.path, declared_shape_names(text)), candidate,
                              device=options.device, track=track, cache_dir=options.cache_dir,
-                             measure=options.measure)
+                             measure=options.measure, shapes=options.shapes, timing=options.timing,
+                             timing_shape=options.shapes[0] if options.shapes else "default")
     return dataclasses.replace(job, candidate_meta={**job.candidate_meta, **meta})
 
 
@@ -264,8 +293,20 @@ def run_suite(
             job = make_job(tasks[run.task], source, track=track, options=options,
                            meta={"job_key": key, "sample": 0})
             planned.append(PlannedJob(key, tasks[run.task], 0, track, (holdout or Holdout()).apply(job)))
-    return execute(planned, store=store, entry=entry, suite=suite, executor=executor, holdout=holdout,
-                   progress=progress, description="ranking")
+    report = execute(planned, store=store, entry=entry, suite=suite, executor=executor, holdout=holdout,
+                     progress=progress, description="ranking")
+    _record_task_errors(store, entry, suite.name, report.task_errors)
+    return report
+
+
+def _record_task_errors(store: ResultsStore, entry: str, suite: str, errors: dict[str, str]) -> None:
+    """A task that failed on its own when ranked has no verdict stored against the entry: its run
+    keeps the reason, so `show` and the reports can say why the task has no row."""
+    for run in store.runs(entry=entry, suite=suite):
+        if run.task in errors:
+            store.record_run(entry=entry, suite=suite, task=run.task, status=run.status, cost_usd=run.cost_usd,
+                             tokens=run.tokens, minutes=run.minutes, best_code_hash=run.best_code_hash,
+                             summary={**run.summary, "rank_error": errors[run.task]})
 
 
 def _hash(source: str | None) -> str | None:

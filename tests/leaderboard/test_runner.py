@@ -9,6 +9,7 @@ import pytest
 from agentforge.evaluator.result import (
     CompileRecord,
     CorrectnessRecord,
+    ErrorRecord,
     EvalJob,
     EvalResult,
     Stage,
@@ -18,6 +19,7 @@ from agentforge.evaluator.result import (
 from agentforge.leaderboard.runner import (
     JobOptions,
     OptimizeOutcome,
+    default_tracks,
     detect_backend,
     eval_kernels,
     job_key,
@@ -136,3 +138,77 @@ def test_run_suite_optimises_each_task_once(tiny_tasks: Path, store: ResultsStor
                       executor=FakeExecutor(), workers=2)
     assert calls == ["level2/1_ScaleAgain"]  # finished tasks are skipped; the failed one is retried
     assert again.stored == 0 and again.skipped == 4
+
+
+# A task sized like the project's: a GPU-sized default shape, a `cpu` variant and a `small` one.
+GPU_SIZED = '''
+import torch
+import torch.nn as nn
+
+N = 1 << 30
+SHAPES = {"small": {"N": 33}, "cpu": {"N": 4096}, "odd": {"N": 4097}}
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+def get_inputs():
+    return [torch.randn(N)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.fixture
+def gpu_sized(tmp_path: Path) -> Path:
+    (tmp_path / "sized" / "level1").mkdir(parents=True)
+    (tmp_path / "sized" / "level1" / "relu.py").write_text(GPU_SIZED)
+    return tmp_path / "sized"
+
+
+def test_ranking_checks_the_backends_shapes(gpu_sized: Path, store: ResultsStore) -> None:
+    """Issue 30: ranked on its GPU-sized default shape, every CPU job was killed for memory."""
+    from .conftest import LEAN_RELU
+
+    suite = load_suite("tasks", gpu_sized)
+    executor = FakeExecutor()
+    run_suite(suite, store=store, entry="m", optimizer=lambda task: OptimizeOutcome(LEAN_RELU), options=OPTIONS,
+              executor=executor)
+    hardened = [j for j in executor.jobs if j.track == "hardened"]
+    assert [(j.shapes, j.timing_shape) for j in hardened] == [(("cpu", "small"), "cpu")]
+
+
+def test_ranking_checks_the_shapes_asked_for(gpu_sized: Path, store: ResultsStore) -> None:
+    from .conftest import LEAN_RELU
+
+    executor = FakeExecutor()
+    options = JobOptions(backend="cpu", device="cpu", tracks=("hardened",), shapes=("odd", "small"))
+    run_suite(load_suite("tasks", gpu_sized), store=store, entry="m", optimizer=lambda task: OptimizeOutcome(LEAN_RELU),
+              options=options, executor=executor)
+    assert [(j.shapes, j.timing_shape) for j in executor.jobs] == [(("odd", "small"), "odd")]
+
+
+def test_default_tracks_on_the_cpu(gpu_sized: Path, tiny_tasks: Path) -> None:
+    # A task with a `cpu` variant sizes its default (the kernelbench track's only shape) for a GPU.
+    assert default_tracks(load_suite("tasks", gpu_sized), on_cpu=True) == ("hardened",)
+    assert default_tracks(load_suite("tasks", gpu_sized), on_cpu=False) == ("hardened", "kernelbench")
+    assert default_tracks(load_suite("tasks", tiny_tasks), on_cpu=True) == ("hardened", "kernelbench")
+
+
+def test_a_task_that_fails_when_ranked_keeps_its_reason(tiny_tasks: Path, store: ResultsStore) -> None:
+    from .conftest import LEAN_RELU
+
+    def task_error(jobs, on_result):
+        out = [EvalResult(task_name=j.task_name, candidate_hash="h", backend="cpu", status=Status.TASK_ERROR,
+                          stage=Stage.TASK, error=ErrorRecord("TaskInputsError", "get_inputs() raised"),
+                          candidate_meta=dict(j.candidate_meta)) for j in jobs]
+        for r in out:
+            on_result(r)
+        return out
+
+    report = run_suite(load_suite("level1", tiny_tasks), store=store, entry="m", options=OPTIONS,
+                       optimizer=lambda task: OptimizeOutcome(LEAN_RELU), executor=task_error)
+    assert set(report.task_errors) == {"level1/1_ReLU", "level1/2_Scale"}
+    runs = {r.task: r for r in store.runs(entry="m")}
+    assert "TaskInputsError: get_inputs() raised" in runs["level1/1_ReLU"].summary["rank_error"]
