@@ -93,6 +93,15 @@ class Context:
     execution_note: str = ""
     correctness_notes: dict[str, Any] = field(default_factory=dict)  # tolerances used, hidden shapes run
     clock: stage_budget.StageClock | None = None  # each stage's share of the job's wall clock
+    seconds: dict[str, float] = field(default_factory=dict)  # where the wall time went (stage_seconds)
+
+    @contextlib.contextmanager
+    def timed(self, name: str) -> Iterator[None]:
+        started = _perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = round(self.seconds.get(name, 0.0) + _perf_counter() - started, 3)
 
 
 def _enter(ctx: Context, stage: Stage, status: Status = Status.TIMEOUT, **records: Any) -> None:
@@ -149,6 +158,7 @@ def _cpu_threads(job: EvalJob) -> Iterator[None]:
 def _run(ctx: Context, worker: WorkerClient | None) -> EvalResult:
     job = ctx.job
     _enter(ctx, Stage.TASK)
+    task_started = _perf_counter()
     try:
         task = Task(job.task_name, job.task_source)
     except TaskLoadError as exc:
@@ -178,6 +188,7 @@ def _run(ctx: Context, worker: WorkerClient | None) -> EvalResult:
         if problem is not None:
             return _finish(ctx, Status.TASK_ERROR, error=problem)
     static = integrity.static_findings(job.candidate_source)
+    ctx.seconds["task"] = round(_perf_counter() - task_started, 3)
 
     # ----- build and load, in the worker
     _enter(ctx, Stage.BUILD)
@@ -302,7 +313,8 @@ def _with_worker(ctx: Context, task: Task, client: WorkerClient, shapes: list[st
                  interpret: bool, compile_only: bool) -> EvalResult:
     job = ctx.job
     too_large, ctx.execution_note = ctx.execution_note, ""  # said only beside a verdict that stands
-    loaded = _load(ctx, client, compile_only, interpret, False)
+    with ctx.timed("build"):
+        loaded = _load(ctx, client, compile_only, interpret, False)
     ctx.compile, error = _load_reply(loaded, job.backend)
     if loaded.get("compile_failed") is True:
         return _finish(ctx, Status.COMPILE_ERROR, error=error)
@@ -337,9 +349,11 @@ def _with_worker(ctx: Context, task: Task, client: WorkerClient, shapes: list[st
     _enter(ctx, Stage.CORRECTNESS)
     try:
         with torch.no_grad():
-            for index, shape in enumerate(shapes):
-                check_shape(task, client, shape, index, ctx.device, settings, outcome)
-            check_hidden_shapes(task, client, shapes, ctx.device, settings, outcome)
+            with ctx.timed("correctness"):
+                for index, shape in enumerate(shapes):
+                    check_shape(task, client, shape, index, ctx.device, settings, outcome)
+            with ctx.timed("hidden_shapes"):
+                check_hidden_shapes(task, client, shapes, ctx.device, settings, outcome)
     except CandidateRaised as exc:
         _collect_flags(ctx, static, outcome, task, _final(client))
         return _finish(ctx, Status.RUNTIME_ERROR, correctness=outcome.records, error=exc.record)
@@ -360,16 +374,19 @@ def _with_worker(ctx: Context, task: Task, client: WorkerClient, shapes: list[st
     _enter(ctx, Stage.TIMING, correctness=outcome.records)
     timing_shape = job.timing_shape if job.timing_shape in shapes else shapes[0]
     reference, candidate = outcome.models[timing_shape]
+    timing_started = _perf_counter()
     try:
         with torch.no_grad():
             timed = measure(task, timing_shape, candidate, reference, settings.reference_dtype, ctx.device,
                             timing_cfg, job.measure.baselines, _compile_modes(job, ctx.device),
                             outcome.timing_tolerance.get(timing_shape, (settings.atol, settings.rtol)),
                             seed=settings.base_seed + 99991, outputs_like=outcome.expected.get(timing_shape),
-                            candidate_source=job.candidate_source)
+                            candidate_source=job.candidate_source, compile_wait_s=_compile_wait_s(ctx))
     except CandidateRaised as exc:  # on the timing's fresh inputs: the verdict keeps what correctness found
         _collect_flags(ctx, [], CorrectnessOutcome(), task, _final(client))
         return _finish(ctx, Status.RUNTIME_ERROR, correctness=outcome.records, error=exc.record)
+    ctx.seconds["baselines_compile"] = round(timed.compile_seconds, 3)
+    ctx.seconds["timing"] = round(_perf_counter() - timing_started - timed.compile_seconds, 3)
     ctx.flags += [integrity.flag(rule, ev) for rule, ev in timed.evidence]
     _collect_flags(ctx, [], CorrectnessOutcome(), task, _final(client))
     roofline = roofline_stage.roofline_for(task, timing_shape, ctx.device, timed.record.candidate.median_us)
@@ -378,7 +395,8 @@ def _with_worker(ctx: Context, task: Task, client: WorkerClient, shapes: list[st
         return _finish(ctx, Status.INTEGRITY_FLAG, correctness=outcome.records, timing=timed.record,
                        roofline=roofline)
     _enter(ctx, Stage.PROFILE, Status.OK, correctness=outcome.records, timing=timed.record, roofline=roofline)
-    profile = roofline_stage.profile(job, ctx.device)
+    with ctx.timed("profile"):
+        profile = roofline_stage.profile(job, ctx.device)
     ctx.stage = Stage.DONE
     return _finish(ctx, Status.OK, correctness=outcome.records, timing=timed.record, roofline=roofline,
                    profile=profile)
@@ -521,6 +539,13 @@ def _shapes(task: Task, job: EvalJob) -> list[str]:
     return [DEFAULT_SHAPE, *sorted(s for s in task.shapes if s != DEFAULT_SHAPE)]
 
 
+def _compile_wait_s(ctx: Context) -> float:
+    """How long the judge may wait for the parent's baseline builder: half of what the timing
+    stage has left (it still has to time), at most five minutes."""
+    left = ctx.clock.left_s() if ctx.clock is not None else 600.0
+    return max(0.0, min(left / 2, 300.0))
+
+
 def _compile_modes(job: EvalJob, device: torch.device) -> tuple[str, ...]:
     # max-autotune on the CPU benchmarks GEMM templates for minutes; it is a GPU baseline.
     if device.type == "cpu":
@@ -630,7 +655,7 @@ def _finish(ctx: Context, status: Status, **records: Any) -> EvalResult:
                         "measure": to_plain(job.measure), "shapes": list(job.shapes),
                         "cpu_threads": job.cpu_threads if ctx.device.type == "cpu" else None},
         versions=device_state.versions(), device=info, host=device_state.host(), started_at=ctx.started_at,
-        duration_s=round(_perf_counter() - ctx.started, 3),
+        duration_s=round(_perf_counter() - ctx.started, 3), stage_seconds=dict(ctx.seconds),
     )
     result = EvalResult(
         task_name=job.task_name, candidate_hash=code_hash(job.candidate_source), backend=job.backend,

@@ -236,6 +236,8 @@ class TimingRecord:
     floor: TimingStats | None = None
     overhead_bound: tuple[str, ...] = ()
     device_attribution: DeviceAttributionRecord | None = None  # CUDA: whose kernels the device ran
+    # Baselines asked for and not timed (a torch.compile mode that failed), with why: never silent.
+    missing_baselines: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -307,6 +309,9 @@ class EvalProvenance:
     # The isolation the candidate ran under: bwrap | unshare | none | docker; "" in-process (or a
     # verdict recorded before this field existed). `none` means no filesystem/network isolation.
     isolation: str = ""
+    # Where the job's wall time went, in seconds: sandbox (start and hand-back, seen by the parent),
+    # task, build, correctness, hidden_shapes, baselines_compile, timing, profile, verdict.
+    stage_seconds: dict[str, float] = field(default_factory=dict)
 
 
 # ----- the verdict --------------------------------------------------------------------------
@@ -384,6 +389,45 @@ class EvalResult:
         """The harness floor's median (see TimingRecord.floor), None where it was not measured."""
         return None if self.timing is None or self.timing.floor is None else self.timing.floor.median_us
 
+    def _interval(self, subject: str | None) -> tuple[float, float] | None:
+        from agentforge.evaluator.speedup_interval import ratio_interval
+
+        if not self.accepted or self.timing is None or subject is None:
+            return None
+        base = self.timing.baselines.get(subject)
+        if base is None:
+            return None
+        return ratio_interval(base.samples_us, self.timing.candidate.samples_us)
+
+    def _best_compile(self) -> str | None:
+        if self.timing is None:
+            return None
+        modes = {k: s.median_us for k, s in self.timing.baselines.items() if k.startswith("compile")}
+        return min(modes, key=modes.__getitem__) if modes else None
+
+    @property
+    def speedup_ci(self) -> tuple[float, float] | None:
+        """95 % interval of the speedup vs eager over the paired repetitions (speedup_interval)."""
+        return self._interval("eager")
+
+    @property
+    def speedup_vs_compile_ci(self) -> tuple[float, float] | None:
+        return self._interval(self._best_compile())
+
+    @property
+    def noise_note(self) -> str:
+        """One line when the speedup cannot rank kernels: its interval is too wide, or the machine
+        was loaded while timing; empty otherwise."""
+        from agentforge.evaluator.speedup_interval import RANK_WIDTH, describe, too_wide
+
+        if self.speedup is None:
+            return ""
+        loaded = [n for n in (self.timing.notes if self.timing else ()) if n.startswith("machine loaded")]
+        if too_wide(self.speedup_ci):
+            return (f"noisy: the speedup's 95 % interval {describe(self.speedup_ci)} spans more than "
+                    f"{RANK_WIDTH:g}x, too wide to rank kernels" + (f" ({loaded[0]})" if loaded else ""))
+        return f"noisy: {loaded[0]}" if loaded else ""
+
     def overhead_bound_pair(self, baseline: str = "eager") -> bool:
         """True when the candidate or `baseline` ("compile" for the best torch.compile mode) is
         within 20x of the harness floor: their ratio is no speedup to headline."""
@@ -412,6 +456,8 @@ class EvalResult:
             candidate_us=self.candidate_us, eager_us=self.eager_us, compile_us=self.compile_us,
             floor_us=self.floor_us, headline_speedup=self.headline_speedup,
             headline_speedup_vs_compile=self.headline_speedup_vs_compile,
+            speedup_ci=self.speedup_ci, speedup_vs_compile_ci=self.speedup_vs_compile_ci,
+            noise_note=self.noise_note,
         )
         return data
 
@@ -447,7 +493,8 @@ def _ratio(numerator: float | None, denominator: float | None) -> float | None:
 # ----- JSON codec ---------------------------------------------------------------------------
 # Derived fields written by EvalResult.to_dict; ignored when reading back.
 _DERIVED = {"accepted", "speedup", "speedup_vs_compile", "candidate_us", "eager_us", "compile_us", "floor_us",
-            "headline_speedup", "headline_speedup_vs_compile"}
+            "headline_speedup", "headline_speedup_vs_compile", "speedup_ci", "speedup_vs_compile_ci",
+            "noise_note"}
 
 
 def to_plain(value: Any) -> Any:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import copy
 import random
 import statistics
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from agentforge.evaluator import build_cache, device_attribution, timing
+from agentforge.evaluator import baseline_cache, build_cache, device_attribution, timing
 from agentforge.evaluator.compare import compare, reference_output_dtypes
 from agentforge.evaluator.guards import ConcurrencyWatch
 from agentforge.evaluator.remote import Clock, RemoteModel, cpu_ns, thread_cpu_us
@@ -60,6 +61,7 @@ class TimingOutcome:
     # harness's, not the candidate's, so the final background-work check leaves them out.
     baseline_threads: set[int] = field(default_factory=set)
     baseline_children: set[int] = field(default_factory=set)
+    compile_seconds: float = 0.0  # of the stage's time, torch.compile's (cache copy and wait included)
 
 
 def _input_bytes(values: list[Any]) -> int:
@@ -169,19 +171,45 @@ def task_precision(outputs: Any, dtypes: tuple[torch.dtype, ...] | None) -> list
 
 
 def _compiled(model: torch.nn.Module, mode: str) -> Any:
-    # One compile thread: inductor's worker pool would otherwise leave processes running that the
-    # integrity check for background work must not blame on the candidate.
-    import os
-    import tempfile
-
-    import torch._inductor.config as inductor_config
-
-    inductor_config.compile_threads = 1
-    # The judge's own cache, named for its real uid: inductor's default path is named for the user
-    # the process had when torch was imported (root, before the sandbox dropped it), and the
-    # candidate worker shares that temporary folder.
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), f"inductor-judge-{os.getuid()}")
+    # Inductor's settings (one compile thread, no precompiled header) are the builder's, so the
+    # judge's compile is answered by the cache the builder filled (`baseline_cache`).
+    baseline_cache.configure_inductor()
     return torch.compile(copy.deepcopy(model), mode=None if mode == "default" else mode)
+
+
+@dataclass
+class CompiledBaselines:
+    subjects: list[timing.Subject] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    missing: dict[str, str] = field(default_factory=dict)  # subject name -> why it is not timed
+    seconds: float = 0.0
+    source: str = ""  # judge-cache | cold
+
+
+def compile_baselines(task: Task, shape: str, reference: torch.nn.Module, buffers: list[Any],
+                      modes: tuple[str, ...], device: torch.device, cpu_threads: int | None,
+                      wait_s: float) -> CompiledBaselines:
+    """torch.compile of the reference in each mode, from the judge's cache when the parent's builder
+    filled it (waiting up to `wait_s` for one at work), else cold; each mode that fails is named."""
+    started = time.perf_counter()
+    out = CompiledBaselines()
+    threads = (cpu_threads or torch.get_num_threads()) if device.type == "cpu" else 0
+    spec = baseline_cache.BaselineSpec(task.name, task.source, shape, tuple(modes), device.type, threads)
+    with baseline_cache.judge_cache_dir(build_cache.cache_root(), spec, wait_s) as cache:
+        out.source = cache.source
+        out.notes.append(cache.note)
+        for mode in modes:
+            try:
+                fn = _compiled(reference, mode)
+                fn(*buffers)  # compile outside the timed loop
+                out.subjects.append(timing.Subject(f"compile-{mode}", fn))
+            except Exception as exc:
+                why = f"torch.compile mode={mode} failed: {type(exc).__name__}: {str(exc)[:200]}"
+                out.notes.append(why)
+                out.missing[f"compile-{mode}"] = why
+    out.seconds = time.perf_counter() - started
+    out.notes.append(f"torch.compile baselines ready in {out.seconds:.1f} s ({out.source})")
+    return out
 
 
 def _load_notes(device: torch.device) -> list[str]:
@@ -202,7 +230,7 @@ def measure(task: Task, shape: str, candidate: RemoteModel, reference: torch.nn.
             reference_dtype: torch.dtype, device: torch.device, config: TimingConfig,
             baselines: tuple[str, ...], compile_modes: tuple[str, ...], tolerance: tuple[float, float],
             seed: int, outputs_like: Any = None, cpu_threads: int | None = None,
-            candidate_source: str = "") -> TimingOutcome:
+            candidate_source: str = "", compile_wait_s: float = 0.0) -> TimingOutcome:
     """Time the candidate (in its worker) and the baselines (here) interleaved on the same fresh
     inputs, and hold the worker's samples against the judge's clocks. `cpu_threads`: the threads the
     candidate may use on the CPU; by default the judge's own, which its baselines run with. On CUDA,
@@ -249,14 +277,12 @@ def measure(task: Task, shape: str, candidate: RemoteModel, reference: torch.nn.
     if "eager" in baselines:
         subjects.append(timing.Subject("eager", reference))
     before_compile = ConcurrencyWatch.start()
-    if "compile" in baselines:
-        for mode in compile_modes:
-            try:
-                fn = _compiled(reference, mode)
-                fn(*buffers)  # compile outside the timed loop
-                subjects.append(timing.Subject(f"compile-{mode}", fn))
-            except Exception as exc:
-                notes.append(f"torch.compile mode={mode} failed: {type(exc).__name__}: {str(exc)[:200]}")
+    compiled = CompiledBaselines()
+    if "compile" in baselines and compile_modes:
+        compiled = compile_baselines(task, shape, reference, buffers, compile_modes, device, cpu_threads,
+                                     compile_wait_s)
+        subjects += compiled.subjects
+        notes += compiled.notes
     after_compile = ConcurrencyWatch.start()
     subjects.append(timing.floor_subject(task_precision(outputs_like, dtypes), device))
     process_before = cpu_ns(candidate.cpu_clock)
@@ -310,7 +336,7 @@ def measure(task: Task, shape: str, candidate: RemoteModel, reference: torch.nn.
     record = TimingRecord(
         shape=shape, method=run.method, candidate=summaries.pop("candidate"), baselines=summaries,
         l2_flushed=run.l2_flushed, interleaved=True, rechecked_outputs=run.rechecks, notes=tuple(notes),
-        floor=floor, overhead_bound=bound, device_attribution=shares,
+        floor=floor, overhead_bound=bound, device_attribution=shares, missing_baselines=compiled.missing,
     )
     return TimingOutcome(record, evidence, after_compile.threads - before_compile.threads,
-                         after_compile.children - before_compile.children)
+                         after_compile.children - before_compile.children, compile_seconds=compiled.seconds)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from agentforge.evaluator import header_prebuild, stage_budget
+from agentforge.evaluator import baseline_cache, header_prebuild, stage_budget
 from agentforge.evaluator.build_cache import TRUSTED_TREE
 from agentforge.evaluator.result import EvalJob, EvalResult
 from agentforge.sandbox import channel, isolation, reaper, spares, verdict
@@ -204,6 +204,9 @@ class ProcessBackend:
             workdir, plan, python = self._prepare(job_dir)
         if cfg.prebuild_headers and "load_inline" in job.candidate_source:
             header_prebuild.start(plan.cache_dir, job.candidate_source, python)
+        baseline = baseline_cache.spec_for_job(job, _has_cuda())
+        if baseline is not None:  # compiled beside the job by a process that never sees the candidate
+            baseline_cache.start(plan.cache_dir, baseline, python)
         # each stage's share of the wall clock
         budget = stage_budget.for_sandbox(job.budget, cfg.timeout_s, shares=cfg.stage_shares)
         request = ChildRequest(entry=cfg.entry, job=dataclasses.replace(job, cache_dir=plan.cache_dir, budget=budget),
@@ -272,7 +275,7 @@ class ProcessBackend:
                  plan: isolation.IsolationPlan, stderr_tail: str, info: verdict.RunInfo) -> EvalResult:
         parsed, problem = _parse(outcome, nonce, job)
         if parsed is not None:
-            return verdict.stamp(parsed, plan.description, plan.mode)
+            return verdict.stamp(parsed, plan.description, plan.mode, info.duration_s)
         if outcome.timed_out:
             return verdict.timeout(job, self.config.timeout_s, stderr_tail, info)
         if outcome.breach is not None:

@@ -58,9 +58,15 @@ def provenance(job: EvalJob, info: RunInfo) -> EvalProvenance:
                           duration_s=info.duration_s, sandbox=info.sandbox, isolation=info.isolation)
 
 
-def stamp(result: EvalResult, sandbox: str, isolation: str) -> EvalResult:
-    """The child's own verdict with what only the parent knows: the sandbox and its isolation."""
-    prov = dataclasses.replace(result.provenance, sandbox=sandbox, isolation=isolation)
+def stamp(result: EvalResult, sandbox: str, isolation: str, wall_s: float | None = None) -> EvalResult:
+    """The child's own verdict with what only the parent knows: the sandbox and its isolation, and
+    (from the parent's wall time `wall_s`) the seconds the job spent outside the judge's pipeline:
+    starting the child (or taking a warm spare), handing the job over and the verdict back."""
+    seconds = dict(result.provenance.stage_seconds)
+    if wall_s is not None:
+        seconds["sandbox"] = round(max(0.0, wall_s - result.provenance.duration_s), 3)
+        seconds["wall"] = round(wall_s, 3)
+    prov = dataclasses.replace(result.provenance, sandbox=sandbox, isolation=isolation, stage_seconds=seconds)
     return dataclasses.replace(result, provenance=prov)
 
 

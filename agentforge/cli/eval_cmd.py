@@ -85,6 +85,8 @@ def eval_command(
     config: Annotated[str | None, typer.Option(help="settings file (default: agentforge.toml)")] = None,
     replay: Annotated[Path | None, typer.Option(
         help="an EvalResult JSON (from --json): rerun with the seeds it recorded, to reproduce it")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v",
+                                          help="also print the seconds each stage took")] = False,
 ) -> None:
     """Build, check, time and profile CANDIDATE against TASK. Exit 0 when the candidate was
     evaluated and not rejected; 6 when it was rejected (the verdict says why); 2 when it could not
@@ -111,7 +113,7 @@ def eval_command(
     if not as_json:
         from agentforge.cli.render import render_result
 
-        render_result(console, result)
+        render_result(console, result, verbose=verbose)
     code = _exit_code(result)
     if code == EXIT_REJECTED:
         raise typer.Exit(code)  # the verdict above says why

@@ -13,7 +13,7 @@ _STATUS_STYLE = {"ok": "green", "mismatch": "yellow", "integrity_flag": "red", "
                  "runtime_error": "red", "timeout": "magenta", "crash": "magenta", "task_error": "magenta"}
 
 
-def render_result(console: Console, result: EvalResult) -> None:
+def render_result(console: Console, result: EvalResult, verbose: bool = False) -> None:
     style = _STATUS_STYLE.get(result.status.value, "white")
     verdict = "ACCEPTED" if result.accepted else "not accepted"
     if result.status.value == "task_error":
@@ -58,12 +58,18 @@ def render_result(console: Console, result: EvalResult) -> None:
         console.print(f"[yellow]no speedup claimed: {result.speedup:.2f}x vs eager is overhead-bound (within 20x "
                       "of the harness floor); time a larger shape[/yellow]")
     elif result.speedup is not None:
-        line = f"speedup: {result.speedup:.2f}x vs eager"
+        line = f"speedup: {result.speedup:.2f}x vs eager{_interval(result.speedup_ci)}"
         if result.headline_speedup_vs_compile is not None:
-            line += f", {result.headline_speedup_vs_compile:.2f}x vs best torch.compile"
+            line += (f", {result.headline_speedup_vs_compile:.2f}x vs best torch.compile"
+                     f"{_interval(result.speedup_vs_compile_ci)}")
         elif result.speedup_vs_compile is not None:
             line += " (vs torch.compile: overhead-bound, not claimed)"
         console.print(f"[bold]{line}[/bold]")
+    if result.noise_note:
+        console.print(f"[yellow]{result.noise_note}[/yellow]")
+    if result.timing is not None:
+        for name, why in result.timing.missing_baselines.items():
+            console.print(f"[yellow]missing baseline {name}[/yellow]: {why}")
     if result.roofline is not None and result.roofline.floor_us:
         r = result.roofline
         console.print(f"roofline: floor {r.floor_us:.2f} us, {r.label}, SoL {100 * (r.sol_fraction or 0):.1f} %")
@@ -83,6 +89,20 @@ def render_result(console: Console, result: EvalResult) -> None:
     device = prov.device.name if prov.device else "?"
     console.print(f"[dim]track {prov.track}, {device}, torch {prov.versions.get('torch')}, "
                   f"{prov.duration_s:.1f} s, sandbox {prov.sandbox or 'in-process'}[/dim]")
+    if verbose and prov.stage_seconds:
+        console.print("[dim]seconds per stage: " + stage_seconds_line(prov.stage_seconds) + "[/dim]")
+
+
+def stage_seconds_line(seconds: dict[str, float]) -> str:
+    """`sandbox 0.1, task 0.3, build 0.5, ...` in the pipeline's order, then anything else."""
+    order = ["sandbox", "task", "build", "correctness", "hidden_shapes", "baselines_compile", "timing", "profile"]
+    names = [n for n in order if n in seconds] + [n for n in seconds if n not in order and n != "wall"]
+    line = ", ".join(f"{n} {seconds[n]:.1f}" for n in names)
+    return line + (f" (wall {seconds['wall']:.1f})" if "wall" in seconds else "")
+
+
+def _interval(ci: tuple[float, float] | None) -> str:
+    return "" if ci is None else f" (95 % interval {ci[0]:.2f}-{ci[1]:.2f}x)"
 
 
 TAIL_CHARS = 1500
