@@ -36,9 +36,28 @@ def test_make_gpu_check_without_a_gpu_prints_its_plan_and_exits_0() -> None:
     assert "total about" in proc.stdout and "results/gpu/<gpu>/gpu_check.json" in proc.stdout
 
 
-def test_the_plan_fits_the_15_minute_goal() -> None:
+def test_the_first_call_proves_the_path_in_about_9_minutes_and_the_reference_kernels_follow() -> None:
+    """One device call of at most 10 minutes: doctor, fidelity, isolation, profile and the gpu tests;
+    the reference kernels (70, eager each, torch.compile on a sample) in the calls after it."""
     gpu_check = _script()
-    assert sum(step.estimate_s for step in gpu_check.STEPS) <= 15 * 60
+    calls = gpu_check.plan_calls()
+    assert calls[0] == ["doctor", "timing_fidelity", "isolation", "profile", "gpu_tests"]
+    first = sum(s.estimate_s for s in gpu_check.STEPS if s.name in calls[0])
+    assert first <= gpu_check.FIRST_CALL_S - gpu_check.MARGIN_S <= 9 * 60
+    assert all(names == ["reference"] for names in calls[1:]) and len(calls) >= 3
+    reference = next(s for s in gpu_check.STEPS if s.name == "reference")
+    assert reference.estimate_s >= 70 * gpu_check.REF_EAGER_S  # not the 360 s that 70 sandboxes never fit
+
+
+def test_torch_compile_runs_on_a_sample_spanning_both_backends() -> None:
+    gpu_check = _script()
+    from agentforge.kernel_library import select_kernels
+
+    kernels = select_kernels("h100", None)
+    sample = gpu_check.compile_sample(kernels)
+    backends = {k.backend for k in kernels if f"{k.gpu}/{k.task_name}" in sample}
+    assert len(sample) == gpu_check.COMPILE_SAMPLE and backends == {"cuda", "triton"}
+    assert gpu_check.compile_sample(kernels) == sample  # the same sample in every call
 
 
 def _stand_in(gpu_check: Any, monkeypatch, tmp_path: Path, steps: tuple[Any, ...]) -> None:
@@ -121,8 +140,16 @@ def test_the_closing_line_counts_failures_apart_from_what_is_done(tmp_path: Path
         gpu_check.Step("doctor", 1, "ok", lambda state, deadline: {"ok": True}),
         gpu_check.Step("isolation", 1, "fails", lambda state, deadline: {"ok": False, "modes": {}}),
         gpu_check.Step("reference", 1, "pending", lambda state, deadline: {"ok": False, "pending": True})))
-    assert gpu_check.main(["--budget-s", "100"]) == 0
+    assert gpu_check.main(["--budget-s", "100"]) == 1  # a failed step fails the call
     assert "gpu-check: 1 ok, 1 failed (isolation), 1 pending (reference: run again)" in capsys.readouterr().out
+
+
+def test_a_call_with_only_pending_steps_left_exits_0(tmp_path: Path, monkeypatch) -> None:
+    gpu_check = _script()
+    _stand_in(gpu_check, monkeypatch, tmp_path, (
+        gpu_check.Step("doctor", 1, "ok", lambda state, deadline: {"ok": True}),
+        gpu_check.Step("gpu_tests", 1, "pending", lambda state, deadline: {"ok": False, "pending": True})))
+    assert gpu_check.main(["--budget-s", "100"]) == 0
 
 
 def test_a_timed_out_runs_captured_bytes_are_read_as_text() -> None:
@@ -138,3 +165,89 @@ def test_no_run_is_given_more_than_the_call_has_left() -> None:
     assert gpu_check.left(time.monotonic() + 1000, 180.0) == 180.0
     assert 75 <= gpu_check.left(time.monotonic() + 100, 180.0) <= 80  # 100 s left, less the margin for reports
     assert gpu_check.left(time.monotonic() - 5, 180.0) == 1.0
+
+
+# ----- the gpu tests: a run stopped at its limit is pending, and the next call goes on ----------
+GPU_TESTS = '''
+import os
+import pytest
+
+@pytest.mark.gpu
+def test_quick():
+    assert True
+
+@pytest.mark.gpu
+def test_fails():
+    assert 1 == 2
+
+@pytest.mark.gpu
+def test_slow():
+    import time
+    if not os.path.exists(os.environ["GO_FAST"]):
+        time.sleep(600)
+'''
+
+
+def test_gpu_tests_past_their_limit_are_pending_and_the_next_call_runs_only_the_rest(tmp_path: Path,
+                                                                                     monkeypatch) -> None:
+    import time
+
+    gpu_check = _script()
+    repo = tmp_path / "repo"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "tests" / "test_marked.py").write_text(GPU_TESTS)
+    (repo / "pytest.ini").write_text("[pytest]\nmarkers =\n    gpu: a gpu test\n")
+    monkeypatch.setattr(gpu_check, "REPO", repo)
+    monkeypatch.setattr(gpu_check, "WORK", tmp_path / "work")
+    monkeypatch.setenv("GO_FAST", str(tmp_path / "go-fast"))
+    state: dict[str, Any] = {}
+    first = gpu_check.step_gpu_tests(state, time.monotonic() + gpu_check.MARGIN_S + 40)
+    assert first["pending"] is True and first["ok"] is False, first
+    assert state["gpu_tests_done"] == {"tests/test_marked.py::test_quick": "PASSED",
+                                       "tests/test_marked.py::test_fails": "FAILED"}
+    (tmp_path / "go-fast").touch()
+    second = gpu_check.step_gpu_tests(state, time.monotonic() + gpu_check.MARGIN_S + 120)
+    assert "pending" not in second and second["ok"] is False  # test_fails failed in the first call
+    assert second["failures"] == ["tests/test_marked.py::test_fails"]
+    assert state["gpu_tests_done"]["tests/test_marked.py::test_slow"] == "PASSED"
+    assert "2 passed" in second["summary"] and "1 failed" in second["summary"]
+
+
+def test_gpu_tests_share_gpu_checks_warm_build_cache() -> None:
+    gpu_check = _script()
+    env = gpu_check.gpu_tests_env()
+    assert env["AGENTFORGE_TEST_CACHE_DIR"] == str(gpu_check.WORK / "cache")
+    argv = gpu_check.gpu_tests_argv(["tests/a.py"], {"tests/a.py::t": "PASSED"}, 240)
+    assert argv[-3:] == ["--timeout=240", "--deselect", "tests/a.py::t"] and "-v" in argv
+    exploits = (REPO / "tests" / "exploits" / "test_exploits.py").read_text()
+    assert 'os.environ.get("AGENTFORGE_TEST_CACHE_DIR")' in exploits  # the gpu cases' sandboxes use it
+
+
+# ----- clocks, and a CPU-only torch on a machine with a GPU -----------------------------------------
+def test_the_sm_clock_is_read_from_nvidia_smis_csv() -> None:
+    gpu_check = _script()
+    assert gpu_check.parse_sm_clocks("1980, 1980\n") == {"sm_mhz": 1980, "sm_max_mhz": 1980}
+    assert gpu_check.parse_sm_clocks("[N/A], 1980") is None and gpu_check.parse_sm_clocks("") is None
+
+
+def _fake_nvidia_smi(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    smi = folder / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)'\n")
+    smi.chmod(0o755)
+    return folder
+
+
+def test_a_cpu_only_torch_where_nvidia_smi_sees_a_gpu_is_refused_loudly(tmp_path: Path, monkeypatch,
+                                                                        capsys) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this torch can use the GPU")
+    gpu_check = _script()
+    folder = _fake_nvidia_smi(tmp_path / "bin")
+    monkeypatch.setenv("PATH", f"{folder}:{__import__('os').environ['PATH']}")
+    assert gpu_check.main([]) == 2
+    err = capsys.readouterr().err
+    assert "nvidia-smi sees GPU 0: NVIDIA H100" in err and "nothing measured" in err
+    assert "GPU_CHECK_PY=python3" in err
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no nvidia-smi: the plan, exit 0
+    assert gpu_check.cpu_only_refusal(torch) is None
