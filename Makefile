@@ -64,11 +64,13 @@ demo: setup
 		$(VENV)/bin/agentforge gpu --device cpu --measure --json > /dev/null)
 	$(VENV)/bin/agentforge optimize $(DEMO_TASK) --provider library --max-rounds $(DEMO_ROUNDS) $(DEMO_ARGS)
 
-# Proves the GPU path on a GPU machine (doctor, gpu tests, timing fidelity, sandbox, profile,
+# Proves the GPU path on a GPU machine (doctor, timing fidelity, sandbox, profile, gpu tests,
 # reference kernels), resumable across calls of 10 minutes; without a GPU it prints its plan.
 # Needs no network and no `make setup`: a bare GPU image's python3 holds torch. OUT=DIR copies the
-# state and reports there.
-GPU_CHECK_PY ?= $(shell test -x $(PY) && echo $(PY) || echo python3)
+# state and reports there. Where nvidia-smi is, the .venv's python only when its torch has CUDA (a
+# carried CPU-only .venv would measure nothing), else python3; gpu-check itself refuses, exit 2, a
+# torch that cannot use the GPU nvidia-smi sees.
+GPU_CHECK_PY ?= $(if $(HAS_GPU),$(shell test -x $(PY) && $(PY) -c 'import sys, torch; sys.exit(torch.version.cuda is None)' >/dev/null 2>&1 && echo $(PY) || echo python3),$(shell test -x $(PY) && echo $(PY) || echo python3))
 GPU_CHECK_ARGS ?=
 gpu-check:
 	$(GPU_CHECK_PY) scripts/gpu_check.py $(if $(OUT),--out $(OUT)) $(GPU_CHECK_ARGS)
