@@ -880,6 +880,8 @@ def write_reports(state: dict[str, Any], folder: Path, out: str | None) -> None:
         Path(out).mkdir(parents=True, exist_ok=True)
         for name in ("state.json", "gpu_check.json", "gpu_check.md"):
             shutil.copy2(folder / name, Path(out) / name)
+        if (WORK / "gpu_tests.log").is_file():  # the gpu tests' whole -v output, for their failures
+            shutil.copy2(WORK / "gpu_tests.log", Path(out) / "gpu_tests.log")
     print(f"gpu-check: wrote {folder / 'gpu_check.md'} and gpu_check.json", flush=True)
 
 

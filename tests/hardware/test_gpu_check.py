@@ -251,3 +251,13 @@ def test_a_cpu_only_torch_where_nvidia_smi_sees_a_gpu_is_refused_loudly(tmp_path
     assert "GPU_CHECK_PY=python3" in err
     monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no nvidia-smi: the plan, exit 0
     assert gpu_check.cpu_only_refusal(torch) is None
+
+
+def test_the_observer_cost_is_measured_by_the_evaluators_own_loop_on_the_cpu() -> None:
+    """The same function times the chains on the GPU (head start on and off); here, once each."""
+    gpu_check = _script()
+    rows = gpu_check.observer_cost(torch.device("cpu"), n_ops=(3, 30), reps=5)
+    assert [(r["ops"], r["head_start"]) for r in rows] == [(3, False), (30, False)]
+    for row in rows:
+        assert row["plain_us"] > 0 and row["observed_us"] > 0
+        assert abs(row["added_us"] - (row["observed_us"] - row["plain_us"])) <= 0.011  # each rounded to 0.01
