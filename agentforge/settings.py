@@ -35,6 +35,19 @@ def _s(default: Any, help: str, **kw: Any) -> Any:
     return field(default=default, metadata={"help": help, **kw})
 
 
+def _sandbox(name: str, help: str, **kw: Any) -> Any:
+    """A sandbox setting whose default is `SandboxConfig`'s (sandbox/config.py holds each number
+    once, for the CLI and for library callers alike). Read when a `Settings` is made, not at
+    import, so that `agentforge --help` does not import the sandbox."""
+
+    def default() -> Any:
+        from agentforge.sandbox.config import default_of
+
+        return default_of(name)
+
+    return field(default_factory=default, metadata={"help": help, **kw})
+
+
 @dataclass
 class ProviderSettings:
     name: str = _s("auto", "LLM provider: openai, anthropic, library, or auto (a configured key, else library)",
@@ -64,21 +77,22 @@ class EvalSettings:
 
 @dataclass
 class SandboxSettings:
-    kind: str = _s("process", "where evaluations run: process, docker, or ray", choices=("process", "docker", "ray"))
-    timeout_s: float = _s(600.0, "wall-clock limit of one evaluation in seconds", gt=0)
-    memory_gb: float = _s(16.0, "memory limit of the evaluation child in GiB", gt=0)
-    cpu_seconds: int = _s(1800, "CPU-time limit of the evaluation child", ge=1)
-    isolation: str = _s("auto", "filesystem/network isolation: auto (bwrap, else unshare; as root without either "
-                        "it refuses), bwrap, unshare, or none (no isolation: only when asked for)",
-                        choices=("auto", "bwrap", "unshare", "none"))
-    disk_gb: float = _s(2.0, "total disk use of one evaluation (its work folder, /tmp and /dev/shm) in GiB",
-                        gt=0)
-    docker_image: str = _s("agentforge-eval:latest", "image for the docker sandbox")
+    kind: str = _sandbox("kind", "where evaluations run: process, docker, or ray", choices=("process", "docker", "ray"))
+    timeout_s: float = _sandbox("timeout_s", "wall-clock limit of one evaluation in seconds", gt=0)
+    memory_gb: float = _sandbox("memory_gb", "memory limit of the evaluation child in GiB", gt=0)
+    cpu_seconds: int = _sandbox("cpu_seconds", "CPU-time limit of the evaluation child", ge=1)
+    isolation: str = _sandbox("isolation", "filesystem/network isolation: auto (bwrap, else unshare; as root without "
+                              "either it refuses), bwrap, unshare, or none (no isolation: only when asked for)",
+                              choices=("auto", "bwrap", "unshare", "none"))
+    disk_gb: float = _sandbox("disk_gb", "total disk use of one evaluation (its work folder, /tmp and /dev/shm) in "
+                              "GiB", gt=0)
+    docker_image: str = _sandbox("docker_image", "image for the docker sandbox")
     workers: int = _s(1, "parallel evaluation workers (one per GPU on CUDA)", ge=1)
-    warm_spares: int = _s(1, "CPU evaluation children started ahead of their job, so a job does not wait for "
-                          "Python and torch to start (0: none)", ge=0)
-    prebuild_headers: bool = _s(True, "precompile torch/extension.h in the background for load_inline candidates "
-                                "(once per flag set; later cold builds take ~7 s instead of ~33 s)")
+    warm_spares: int = _sandbox("warm_spares", "CPU evaluation children started ahead of their job, so a job does "
+                                "not wait for Python and torch to start (0: none)", ge=0)
+    prebuild_headers: bool = _sandbox("prebuild_headers", "precompile torch/extension.h in the background for "
+                                      "load_inline candidates (once per flag set; later cold builds take ~7 s "
+                                      "instead of ~33 s)")
     ray_address: str | None = _s(None, "Ray cluster address, or 'auto'")
     stage_budget: str = _s("", "each stage's share of timeout_s, e.g. 'build=0.6,correctness=0.2,timing=0.1,"
                            "profile=0.1' (groups left out keep their defaults: build 0.80, correctness 0.10, "

@@ -1,7 +1,9 @@
 """`SandboxConfig`: what limits and isolation one evaluation child runs under.
 
 Built from `SandboxSettings` (the CLI's single source of settings) by `from_settings`, then passed
-down explicitly; nothing here reads the environment. Each field is documented once, here.
+down explicitly; nothing here reads the environment. Each field is documented once, here, and its
+default is defined once, here: `SandboxSettings` takes the defaults of the fields it shares from
+`default_of`, so the CLI and a library caller that builds `SandboxConfig()` get the same ones.
 """
 
 from __future__ import annotations
@@ -58,8 +60,10 @@ class SandboxConfig:
     python: str = ""  # interpreter of the child; empty: the parent's own (sys.executable)
     python_paths: tuple[str, ...] = ()  # extra import roots for the child (PYTHONPATH)
     torch_switches: bool = True  # pin TF32 off / fp32 precision in the child (imports torch there)
-    warm_spares: int = 0  # CPU-job children started ahead of their job (see sandbox/spares.py)
-    prebuild_headers: bool = False  # the parent precompiles torch's extension header for load_inline candidates
+    # On by default, as for every command that evaluates more than once; a caller that evaluates
+    # once (agent.preflight) or must start every child cold says so.
+    warm_spares: int = 1  # CPU-job children started ahead of their job (see sandbox/spares.py)
+    prebuild_headers: bool = True  # the parent precompiles torch's extension header for load_inline candidates
     keep_workdir: bool = False  # leave the workdir (stdout, stderr, build files) after the run
     kill_grace_s: float = 2.0  # SIGTERM to SIGKILL of the process group at the end
     stage_shares: tuple[tuple[str, float], ...] = ()  # replace the jobs' StageBudget shares (stage_budget.py)
@@ -85,6 +89,12 @@ class SandboxConfig:
 
     def replace(self, **changes: Any) -> SandboxConfig:
         return dataclasses.replace(self, **changes)
+
+
+def default_of(name: str) -> Any:
+    """The default of field `name` (for `agentforge.settings.SandboxSettings`)."""
+    f = SandboxConfig.__dataclass_fields__[name]
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
 
 
 def from_settings(settings: SandboxSettings, cache_dir: str) -> SandboxConfig:

@@ -2,8 +2,9 @@
 
     python -m agentforge.evaluator.cuda_emulation.guard_cost [--kernel level1/softmax] [--rounds 3] [--out F]
 
-Each round runs two child processes one after the other, with the guards on and off
-(AGENTFORGE_EMU_GUARD=off before the emulated extension loads): each loads the reference kernel's
+Each round runs two child processes one after the other, with the guards on and off (`--child
+--guard off`: the child's entry sets AGENTFORGE_EMU_GUARD=off, the switch guarded_memory.h reads,
+before the emulated extension loads; `--guard on` removes it): each loads the reference kernel's
 emulated extension (warm in the build cache: run check_references first), then times an allocation
 and free of CPU tensors of several sizes (the fill of fresh pages included) and the kernel's
 `small`-shape check (median of 5). Alternating the sides in one run keeps a loaded machine's noise
@@ -25,9 +26,21 @@ from pathlib import Path
 from typing import Any
 
 SIZES = (64, 4096, 65536, 4 << 20)  # bytes
+GUARD_VARIABLE = "AGENTFORGE_EMU_GUARD"  # read by include/agentforge_emu/guarded_memory.h
 
 
-def child(kernel: str) -> dict[str, Any]:
+def set_guard_switch(guard: bool) -> None:
+    """The process-wide switch of guarded_memory.h, set by a child's entry before any emulated
+    extension loads (the header reads it once, at the first load)."""
+    if guard:
+        os.environ.pop(GUARD_VARIABLE, None)
+    else:
+        os.environ[GUARD_VARIABLE] = "off"
+
+
+def child(kernel: str, guard: bool) -> dict[str, Any]:
+    """Time allocations and the kernel's `small` check in this process; `guard` is the switch its
+    entry set (`set_guard_switch`), reported as given."""
     import torch
     from agentforge.evaluator.cuda_emulation import check_references as refs
 
@@ -35,7 +48,7 @@ def child(kernel: str) -> dict[str, Any]:
 
     task = Task(kernel, (refs.REPO / "tasks" / f"{kernel}.py").read_text())
     module = refs._load(refs.KERNELS / kernel / "kernel.py")
-    out: dict[str, Any] = {"guard": os.environ.get("AGENTFORGE_EMU_GUARD", "") != "off"}
+    out: dict[str, Any] = {"guard": guard}
     for size in SIZES:
         count = max(200, min(20000, (64 << 20) // size))
         started = time.perf_counter()
@@ -59,20 +72,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default="")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--guard", choices=("on", "off"), default="on", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.kernel)))
+        set_guard_switch(args.guard == "on")
+        print(json.dumps(child(args.kernel, args.guard == "on")))
         return 0
     runs: dict[bool, list[dict[str, Any]]] = {True: [], False: []}
     load = []
     for _ in range(args.rounds):
         for guard in (True, False):
-            env = dict(os.environ)
-            env.pop("AGENTFORGE_EMU_GUARD", None)
-            if not guard:
-                env["AGENTFORGE_EMU_GUARD"] = "off"
             proc = subprocess.run([sys.executable, "-m", "agentforge.evaluator.cuda_emulation.guard_cost", "--child",
-                                   "--kernel", args.kernel], env=env, capture_output=True, text=True, check=True)
+                                   "--guard", "on" if guard else "off", "--kernel", args.kernel],
+                                  capture_output=True, text=True, check=True)
             runs[guard].append(json.loads(proc.stdout.strip().splitlines()[-1]))
             load.append(round(os.getloadavg()[0], 2))
     keys = [k for k in runs[True][0] if k != "guard"]

@@ -23,12 +23,12 @@ from agentforge.evaluator.result import (
     Stage,
     Status,
 )
-from agentforge.sandbox.config import SandboxConfig
 
 from agentforge.leaderboard.executors import make_executor
 from agentforge.leaderboard.runner import JobOptions, eval_kernels
 from agentforge.leaderboard.suites import load_suite
 from agentforge.store import ResultsStore
+from tests.fixtures.sandbox import quiet
 
 GOOD_TASK = '''
 import torch
@@ -150,7 +150,7 @@ def test_with_the_real_sandbox_a_task_broken_at_import_is_skipped_and_the_others
                                                                                          shared_cache):
     tasks, kernels = layout
     options = JobOptions(backend="cpu", device="cpu", tracks=("hardened",), cache_dir=shared_cache)
-    executor = make_executor("process", SandboxConfig(timeout_s=300, cache_dir=shared_cache), workers=2)
+    executor = make_executor("process", quiet(timeout_s=300, cache_dir=shared_cache), workers=2)
     report = eval_kernels(load_suite("tasks", tasks), kernels, store=store, entry="real", options=options,
                           executor=executor)
     assert list(report.task_errors) == ["level1/2_Broken"]

@@ -11,6 +11,8 @@ from agentforge.evaluator.result import EvalJob
 from agentforge.sandbox import SandboxConfig
 from agentforge.sandbox.isolation import probe
 
+from tests.fixtures.sandbox import quiet
+
 HERE = Path(__file__).resolve().parent
 ISOLATING = [m for m in ("bwrap", "unshare") if probe(m) is None]
 MODES = ["none", *ISOLATING]
@@ -28,7 +30,7 @@ def fake_config(tmp_path: Path, entry: str = "exec_candidate", **changes: object
         cache_dir=str(tmp_path / "cache"), kill_grace_s=0.5,
     )
     base.update(changes)
-    return SandboxConfig(**base)  # type: ignore[arg-type]
+    return quiet(**base)
 
 
 def isolating_modes() -> list[object]:

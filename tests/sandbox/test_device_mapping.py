@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 from agentforge.evaluator.result import EvalJob, Status
-from agentforge.sandbox import SandboxConfig, run, worker
+from agentforge.sandbox import run, worker
 from agentforge.sandbox.pool import assign_devices, child_device
+
+from tests.fixtures.sandbox import quiet
 
 
 @pytest.mark.parametrize(("device", "inherited", "expected"), [
@@ -40,8 +42,7 @@ def test_pool_spreads_jobs_then_each_child_maps_its_own() -> None:
 
 def _run(tmp_path: Path, device: str) -> str:
     here = str(Path(__file__).resolve().parent)
-    config = SandboxConfig(entry="device_entries:report_device", python_paths=(here,), timeout_s=120,
-                           workdir_root=str(tmp_path / "work"), cache_dir=str(tmp_path / "c"))
+    config = quiet(tmp_path, entry="device_entries:report_device", python_paths=(here,), timeout_s=120)
     result = run(EvalJob(task_name="device", task_source="", candidate_source="", device=device), config)
     assert result.status == Status.OK, result.error
     return result.candidate_meta["note"]

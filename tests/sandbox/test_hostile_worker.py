@@ -17,6 +17,7 @@ from agentforge.sandbox import SandboxConfig
 
 from agentforge.candidate import Candidate
 from agentforge.task import Task
+from tests.fixtures.sandbox import quiet
 
 TASK = Path(__file__).resolve().parents[1] / "exploits" / "tasks" / "elementwise_relu.py"
 
@@ -93,7 +94,7 @@ HOSTILE = {
 @pytest.fixture(scope="module")
 def config(tmp_path_factory: pytest.TempPathFactory) -> SandboxConfig:
     root = tmp_path_factory.mktemp("hostile")
-    return SandboxConfig(timeout_s=60, workdir_root=str(root / "work"), cache_dir=str(root / "cache"))
+    return quiet(root, timeout_s=60)
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))

@@ -13,6 +13,8 @@ from agentforge.sandbox import SandboxConfig, run
 from sandbox_helpers import HERE, make_job
 from test_pipeline_e2e import CANDIDATE, TASK
 
+from tests.fixtures.sandbox import quiet
+
 # 16 s in all, 1.6 s of it kept back: the build (child start, torch import, a g++ build) may run
 # to 10.8 s, correctness to 11.5 s, timing to 13.0 s from the parent's start.
 BUDGET = StageBudget(build=0.75, correctness=0.05, timing=0.1, profile=0.1)
@@ -46,7 +48,7 @@ def _job(hang: str) -> EvalJob:
 @pytest.fixture(scope="module")
 def config(tmp_path_factory: pytest.TempPathFactory) -> SandboxConfig:
     root = tmp_path_factory.mktemp("stage-budget")  # one build cache: later builds are warm
-    return SandboxConfig(timeout_s=TIMEOUT_S, workdir_root=str(root / "work"), cache_dir=str(root / "cache"))
+    return quiet(root, timeout_s=TIMEOUT_S)
 
 
 @pytest.mark.slow
@@ -87,9 +89,8 @@ def test_correctness_that_hangs_is_named(config: SandboxConfig) -> None:
 def test_a_stuck_judge_still_hands_back_the_kept_verdict(tmp_path: Path) -> None:
     """The judge itself never returns: the stage clock's thread writes the verdict it kept
     before the parent's hard limit."""
-    config = SandboxConfig(entry="budget_entries:stuck_in_timing", python_paths=(str(HERE),), torch_switches=False,
-                           timeout_s=8.0, workdir_root=str(tmp_path / "work"), cache_dir=str(tmp_path / "cache"),
-                           kill_grace_s=0.5)
+    config = quiet(tmp_path, entry="budget_entries:stuck_in_timing", python_paths=(str(HERE),), torch_switches=False,
+                   timeout_s=8.0, kill_grace_s=0.5)
     started = time.monotonic()
     result = run(make_job("pass"), config)
     assert time.monotonic() - started < 8.0
@@ -102,9 +103,8 @@ def test_a_stuck_judge_still_hands_back_the_kept_verdict(tmp_path: Path) -> None
 def test_a_judge_that_holds_the_gil_is_ended_by_the_hard_limit_which_names_the_last_stage(tmp_path: Path) -> None:
     """Past the clock's grace only the parent's limit is left; its verdict stays at the sandbox
     stage (stderr is the candidate's to write too) but its message says the judge's last mark."""
-    config = SandboxConfig(entry="budget_entries:stuck_holding_the_gil", python_paths=(str(HERE),),
-                           torch_switches=False, timeout_s=4.0, workdir_root=str(tmp_path / "work"),
-                           cache_dir=str(tmp_path / "cache"), kill_grace_s=0.5)
+    config = quiet(tmp_path, entry="budget_entries:stuck_holding_the_gil", python_paths=(str(HERE),),
+                   torch_switches=False, timeout_s=4.0, kill_grace_s=0.5)
     result = run(make_job("pass"), config)
     assert result.status == Status.TIMEOUT and result.stage == Stage.SANDBOX, result.error
     assert result.error is not None and result.error.type == "Timeout"
@@ -113,9 +113,9 @@ def test_a_judge_that_holds_the_gil_is_ended_by_the_hard_limit_which_names_the_l
 
 
 def test_the_sandbox_s_stage_shares_replace_the_job_s(tmp_path: Path) -> None:
-    config = SandboxConfig(entry="budget_entries:stuck_in_timing", python_paths=(str(HERE),), torch_switches=False,
-                           timeout_s=8.0, workdir_root=str(tmp_path / "work"), cache_dir=str(tmp_path / "cache"),
-                           kill_grace_s=0.5, stage_shares=(("build", 0.3), ("correctness", 0.1), ("timing", 0.1)))
+    config = quiet(tmp_path, entry="budget_entries:stuck_in_timing", python_paths=(str(HERE),), torch_switches=False,
+                   timeout_s=8.0, kill_grace_s=0.5,
+                   stage_shares=(("build", 0.3), ("correctness", 0.1), ("timing", 0.1)))
     result = run(make_job("pass"), config)
     assert result.status == Status.TIMEOUT and result.stage == Stage.TIMING, result.error
     report = result.provenance.track_settings["stage_budget"]
