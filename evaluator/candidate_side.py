@@ -22,10 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from agentforge.evaluator import device_state, integrity, native, op_observer, triton_aot
+from agentforge.evaluator import device_state, integrity, native, op_observer, prepack, triton_aot
 from agentforge.evaluator.guards import (
     ConcurrencyWatch,
-    OpRecorder,
     TamperSnapshot,
     inspect_outputs,
     precision_switches,
@@ -79,7 +78,8 @@ class Worker:
     model_cls: type | None = None
     models: dict[str, Any] = field(default_factory=dict)
     buffers: dict[str, list[Any]] = field(default_factory=dict)
-    recorder: OpRecorder = field(default_factory=OpRecorder)
+    recorder: prepack.WeightOpRecorder = field(default_factory=prepack.WeightOpRecorder)
+    weights: dict[str, frozenset[int]] = field(default_factory=dict)  # per model: its weights' storages
     snapshot: TamperSnapshot | None = None
     watch: ConcurrencyWatch | None = None
     interpret: bool = False
@@ -183,7 +183,10 @@ class Worker:
             model.load_state_dict({k: v for k, v in state.items() if k in own and own[k].shape == v.shape},
                                   strict=False)
             set_mode(model)
+            with self._drive_step("construct"):
+                prepack.prepare(model)  # ModelNew.prepare_weights(): the loaded weights, no input
         self.models[request["key"]] = model
+        self.weights[request["key"]] = prepack.weight_storages(model)
         return {}
 
     def _inputs(self, request: dict[str, Any]) -> list[Any]:
@@ -228,8 +231,10 @@ class Worker:
         device_state.poison_free_memory(self.device)
         watch = ConcurrencyWatch.start()
         switches = precision_switches()
+        self.recorder.watch(self.weights.get(request["key"], frozenset()), inputs)
         with self._drive_step("forward"), torch.no_grad(), record_function(op_observer.WINDOW), self.recorder:
             out = model(*inputs)
+        evidence += prepack.evidence(self.recorder.on_weights, where)
         if self.emulated:
             self._end_of_drive()
         at_return = _copy_at_return(out)

@@ -35,6 +35,8 @@ RULES: dict[str, str] = {
     "fast_math": "the candidate turns on fast-math from its source (pragma, attribute, flag in a string)",
     "shape_specialised": "correct on some shapes but not on others: another declared variant, or a hidden shape "
                          "derived from them per evaluation (an audit mark on the kernelbench track)",
+    "stale_weights": "ModelNew computes with its own initial weights, not the loaded ones (a copy made in "
+                     "__init__ before load_state_dict): prepack in ModelNew.prepare_weights()",
     "precision_downgrade": "an fp32 task computed at lower precision (fp16, bf16, TF32 rounding): the error "
                            "against fp64 is far above eager fp32's on the same inputs",
     "l2_persistence": "the candidate set a persisting-L2 carve-out or access window",

@@ -27,11 +27,11 @@ from __future__ import annotations
 import copy
 import hashlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
-from agentforge.evaluator import hidden_shapes, tolerance
+from agentforge.evaluator import hidden_shapes, prepack, tolerance
 from agentforge.evaluator.compare import compare, reference_meta_outputs
 from agentforge.evaluator.remote import CandidateRaised, RemoteModel, Unsendable, WorkerBroken, WorkerClient
 from agentforge.evaluator.result import CorrectnessRecord
@@ -41,6 +41,8 @@ from agentforge.task import Task, flatten_tensors
 _perf_counter = time.perf_counter  # bound before any candidate can patch `time`
 HIDDEN_MIN_BUDGET_S = 1.0  # hidden shapes may take this long, or half the declared shapes' checks
 HIDDEN_SHARE = 0.5
+STALE_SEED = 0  # the worker builds ModelNew under this seed before loading the reference's weights
+STALE_TRIES = 16  # weights tried one by one as the stale ones, after all of them at once
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,7 @@ def build_models(task: Task, model_cls: type, shape: str, seed: int, device: tor
         matching = {k: v for k, v in reference_state.items() if k in own and own[k].shape == v.shape}
         candidate.load_state_dict(matching, strict=False)
         set_mode(candidate)
+        prepack.prepare(candidate)
     return reference, candidate
 
 
@@ -241,6 +244,8 @@ def check_shape(task: Task, client: WorkerClient, shape: str, shape_index: int, 
                 loosest.append(probed[0].loosest())
             result = compare(out, expected, task.dtype, **tol)
             judge.probe(out, probed, where)
+            if not result.passed and trial == 0:
+                result = _stale_weights(task, shape, device, judge, inputs, out, tol, result, where, outcome)
             outcome.records.append(CorrectnessRecord(
                 shape=shape, seed=seed, passed=result.passed, max_abs_err=result.max_abs_err,
                 max_rel_err=result.max_rel_err, failed_check=result.failed_check, message=result.message))
@@ -291,8 +296,11 @@ def check_hidden_shapes(task: Task, client: WorkerClient, declared: list[str], d
     failed = [s for s in plan.shapes if results.get(s.name) == "failed"]
     if failed:
         target = outcome.audits if settings.hidden_severity == "audit" else outcome.evidence
-        target.append(("shape_specialised", "correct on the declared shapes " + ", ".join(declared)
-                       + "; wrong on hidden " + "; ".join(f"{s.name} ({s.describe()})" for s in failed)))
+        target.append(("shape_specialised", "right on the declared shapes " + ", ".join(declared)
+                       + ", wrong on shapes drawn for this evaluation: "
+                       + "; ".join(f"{s.name} ({s.describe()})" for s in failed)
+                       + ": the kernel assumes a size only the declared shapes have (a constant, a tile, a bound); "
+                       "make it right for any size the task's inputs allow"))
 
 
 def _check_hidden(task: Task, client: WorkerClient, hidden: hidden_shapes.HiddenShape, index: int,
@@ -356,6 +364,45 @@ def _hidden_failure(outcome: CorrectnessOutcome, hidden: hidden_shapes.HiddenSha
         shape=hidden.name, seed=seed, passed=False, max_abs_err=getattr(result, "max_abs_err", None),
         max_rel_err=getattr(result, "max_rel_err", None), failed_check=check,
         message=f"hidden shape ({hidden.kind}: {hidden.describe()}): {message}"[:2000]))
+
+
+def _stale_weights(task: Task, shape: str, device: torch.device, judge: _Judge, inputs: list[Any], out: Any,
+                   tol: dict[str, Any], result: Any, where: str, outcome: CorrectnessOutcome) -> Any:
+    """A wrong first trial that is right once some weights hold the values `ModelNew(*init)` drew itself
+    (the worker builds it under seed 0, as `Task.make_model(0)` builds the reference) computes from a
+    copy made before the evaluator loaded the weights: say so, naming them, in the record and as
+    `stale_weights`. All such weights at once, then each alone (the first `STALE_TRIES`)."""
+    try:
+        own = task.make_model(STALE_SEED, shape, device).state_dict()
+        names = [k for k, v in judge.hi.state_dict().items() if k in own and v.is_floating_point()
+                 and own[k].shape == v.shape and not torch.equal(own[k].to(v.dtype), v)]
+        tries = [names] + ([[k] for k in names[:STALE_TRIES]] if len(names) > 1 else [])
+        stale = next((group for group in tries if group and _right_with(judge, own, group, inputs, out, tol, task)),
+                     None)
+    except Exception:  # the task's own failure here is no diagnosis; the mismatch stands as it is
+        return result
+    if stale is None:
+        return result
+    which = ", ".join(stale[:4]) + (f" and {len(stale) - 4} more" if len(stale) > 4 else "")
+    verb = "holds" if len(stale) == 1 else "hold"
+    cause = (f"{where}: the output is right when {which} {verb} the values ModelNew(...) drew itself, and wrong "
+             "with the weights the evaluator loaded into it (load_state_dict): a copy made in __init__ "
+             f"(prepacked, transposed, folded) is stale; make it in ModelNew.{prepack.HOOK}(self), which the "
+             "evaluator calls once the weights are loaded")
+    outcome.evidence.append(("stale_weights", cause))
+    return replace(result, message=f"stale weights ({which}): {result.message}")
+
+
+def _right_with(judge: _Judge, own: dict[str, torch.Tensor], names: list[str], inputs: list[Any], out: Any,
+                tol: dict[str, Any], task: Task) -> bool:
+    """Whether `out` matches the reference with `names` set to the candidate's own initial values."""
+    model = copy.deepcopy(judge.hi)
+    state = model.state_dict()
+    with torch.no_grad():
+        for name in names:
+            state[name].copy_(own[name])
+        expected = model(*upcast(inputs, judge.settings.reference_dtype))
+    return compare(out, expected, task.dtype, **tol).passed
 
 
 def _output_types(out: Any, where: str) -> list[tuple[str, str]]:
