@@ -2,28 +2,38 @@
 
     python3 scripts/gpu_check.py [--budget-s 540] [--out DIR] [--only STEP,...] [--plan]
 
-Steps, in order (estimates for one H100 with a cold build cache):
+Steps, in order (estimates for one H100 with a cold build cache; `--plan` prints them per call):
 
-1. doctor           every prerequisite, ok or what to do (`agentforge.evaluator.hardware.doctor`)
-2. timing_fidelity  the evaluator's median vs Triton's do_bench vs ncu's gpu__time_duration on
-                    6 kernels from ~2 us to ~2 ms; within 5 % above 20 us is the bar
+1. doctor           every prerequisite, ok or what to do (`agentforge.evaluator.hardware.doctor`),
+                    ncu's metric list for this GPU included
+2. timing_fidelity  the evaluator's median (head start on, the default, and off) vs Triton's do_bench
+                    vs ncu's gpu__time_duration on 6 kernels from ~2 us to ~2 ms, the SM clock beside
+                    each; within 5 % above 20 us is the bar. Also what the candidate worker's operator
+                    observer adds to a timed call of 3 and of 30 small operators
 3. isolation        one CUDA reference kernel through the real sandbox in each isolation mode
 4. profile          a sandboxed evaluation with the Nsight Compute profile on
-5. gpu_tests        the `gpu`-marked tests (pytest -m gpu on the files that have them), 300 s at most
+5. gpu_tests        the `gpu`-marked tests (pytest -m gpu -v on the files that have them) with this
+                    check's warm build cache; a run stopped at its limit is pending, and the next call
+                    runs only the tests it had not finished
 6. reference        every reference kernel of this GPU on its default shape: CUDA builds first, in
-                    parallel, then each kernel timed against eager and torch.compile (default)
+                    parallel, then each kernel timed against eager, and against torch.compile
+                    (default) for a sample of COMPILE_SAMPLE (a cold compile in each fresh sandbox
+                    costs 40-90 s); the calls after the first
 
-Resumable: each finished step (and each measured reference kernel) is kept in
-`results/gpu/<gpu>/state.json`; a step that would not finish inside `--budget-s` (counted from the
+Resumable: each finished step (and each measured reference kernel, each finished gpu test) is kept
+in `results/gpu/<gpu>/state.json`; a step that would not finish inside `--budget-s` (counted from the
 script's start, 20 s kept for the reports) is left for the next call, which skips what is done, and
 every run inside a step is bounded by what is left. The device machine starts bare each time, so
-bring the files back: `--out DIR` gets the state at every save and the reports at the end, also
-when a step raised (`make gpu-check OUT=$OUT`); copying them into `results/gpu/<gpu>/` here makes
-the next call go on where this one stopped.
+bring the files back: `--out DIR` gets the state at every save and the reports (and the gpu tests'
+log) at the end, also when a step raised (`make gpu-check OUT=$OUT`); copying them into
+`results/gpu/<gpu>/` here makes the next call go on where this one stopped.
 Writes `results/gpu/<gpu>/gpu_check.json` and `gpu_check.md` (GPU, driver, torch, date, per step).
+Exit 0 when nothing failed (steps may be pending), 1 when a step failed, 2 when this interpreter's
+torch cannot use the GPU that nvidia-smi sees (a CPU-only build: nothing would be measured).
 
-Without a GPU it prints this plan with its time estimates and exits 0. Imports only the standard
-library, torch, numpy, triton and the project (whose evaluator and sandbox need nothing else).
+Without a GPU (and no nvidia-smi seeing one) it prints this plan with its time estimates and exits
+0. Imports only the standard library, torch, numpy, triton and the project (whose evaluator and
+sandbox need nothing else).
 """
 
 from __future__ import annotations
@@ -751,7 +761,7 @@ def plan_calls(budget_s: float = FIRST_CALL_S) -> list[list[str]]:
         while cost > 0:
             room = budget_s - MARGIN_S - used
             needed = RESUMABLE_START_S if step.name in RESUMABLE else cost
-            if room < needed:
+            if room < needed and used > 0:  # a step longer than a whole call still gets one of its own
                 calls.append([])
                 used = 0.0
                 continue

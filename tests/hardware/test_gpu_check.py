@@ -261,3 +261,12 @@ def test_the_observer_cost_is_measured_by_the_evaluators_own_loop_on_the_cpu() -
     for row in rows:
         assert row["plain_us"] > 0 and row["observed_us"] > 0
         assert abs(row["added_us"] - (row["observed_us"] - row["plain_us"])) <= 0.011  # each rounded to 0.01
+
+
+def test_a_step_longer_than_a_call_is_planned_in_a_call_of_its_own(monkeypatch) -> None:
+    gpu_check = _script()
+    run = lambda state, deadline: {"ok": True}  # noqa: E731
+    monkeypatch.setattr(gpu_check, "STEPS", (gpu_check.Step("doctor", 100, "", run),
+                                             gpu_check.Step("isolation", 900, "", run),
+                                             gpu_check.Step("reference", 700, "", run)))
+    assert gpu_check.plan_calls(540) == [["doctor"], ["isolation"], ["reference"], ["reference"]]
