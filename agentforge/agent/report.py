@@ -3,6 +3,7 @@ verdicts, speedups, cost, the best kernel's profile) and a plot of speedup per r
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,8 @@ def render_report(state: Mapping[str, Any], store: ArtifactStore, meta: Mapping[
     lines = [
         f"# agentforge optimize: {state.get('task_name')}",
         "",
-        f"- Run: `{state.get('run_id')}`; backend {state.get('backend')} on {meta.get('device_spec', '?')}",
+        f"- Run: `{state.get('run_id')}`; backend {state.get('backend')} "
+        f"on {device_text(meta.get('device_spec', '?'))}",
         f"- Provider: {meta.get('provider')} (coder {meta.get('coder_model')}, "
         f"judge {meta.get('judge_model')})",
         f"- Stopped: {state.get('stop_reason') or 'not yet'}",
@@ -89,6 +91,15 @@ def render_report(state: Mapping[str, Any], store: ArtifactStore, meta: Mapping[
     lines += ["", "Every prompt, reply, candidate, verdict and evaluation result of this run is kept under "
               "`objects/` (content-addressed; the checkpoint refers to them by hash).", ""]
     return "\n".join(lines)
+
+
+# A sequence of quoted names in a device spec, as run.json keeps the CPU's flags: ('avx', 'avx2', 'fma').
+_QUOTED_SEQUENCE = re.compile(r"[(\[]\s*((?:'[^']*'\s*,?\s*)+)[)\]]")
+
+
+def device_text(spec: str) -> str:
+    """The device's spec for a person: the CPU's flags as `avx, avx2, fma`, not a Python tuple."""
+    return _QUOTED_SEQUENCE.sub(lambda m: ", ".join(re.findall(r"'([^']*)'", m.group(1))), str(spec))
 
 
 def render_tree(history: list[Mapping[str, Any]], meta: Mapping[str, Any],

@@ -7,11 +7,16 @@ correct kernel, its task file gone or changed).
 
 from __future__ import annotations
 
-from typing import Annotated
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from agentforge.cli.common import build_settings, console, say_error
+
+if TYPE_CHECKING:
+    from agentforge.agent.export import Exported
 
 
 def register(app: typer.Typer) -> None:
@@ -34,6 +39,25 @@ def export_command(
     except ExportError as exc:
         say_error(str(exc))
         raise typer.Exit(2) from exc
-    console.print(f"wrote {exported.package} (op {exported.op}); usage, from {exported.package.parent}:",
-                  markup=False, highlight=False)
-    console.print(exported.example, markup=False, highlight=False)
+    for line in what_to_run(exported, Path.cwd()):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def what_to_run(exported: Exported, cwd: Path) -> list[str]:
+    """What the user reads: what was written, the two ways to run its example (as a module from the
+    package's parent folder, or as a file from anywhere), and how a model uses it."""
+    package, parent = exported.package.resolve(), exported.package.resolve().parent
+    here = parent == cwd.resolve()
+    as_file = Path(package.name) / "example.py" if here else package / "example.py"
+    module = f"python -m {package.name}.example"
+    pkg = package.name
+    return [
+        f"wrote {package}: the custom op {exported.op}, {exported.speedup} on shape '{exported.shape}'",
+        "run its example (the op inside torch.compile, checked against the task's Model):",
+        f"  {module}" if here else f"  cd {shlex.quote(str(parent))} && {module}",
+        f"  python {shlex.quote(str(as_file))}",
+        f"use it in a model (with {parent} on PYTHONPATH):",
+        f"  import {pkg}",
+        f"  layer = {pkg}.Module(*init_inputs).load_weights(model)  # built like the task's Model",
+        "  out = torch.compile(layer, fullgraph=True)(*inputs)  # the op is one node of the graph",
+    ]

@@ -77,8 +77,8 @@ def test_export_then_a_fresh_process_runs_the_op_inside_torch_compile(honest_run
     assert (package / "_kernel.py").read_text() == (root / "runs" / run_id / "best_kernel.py").read_text()
     provenance = json.loads((package / "EXPORT.json").read_text())
     assert provenance["run_id"] == run_id and provenance["speedup_vs_eager"] > 0
-    example = (package / "example.py").read_text().split('"""')[-1]  # the code after its docstring
-    assert len([line for line in example.splitlines() if line.strip()]) <= 10
+    example = (package / "example.py").read_text().split("import relu_task_kernel as exported")[-1]
+    assert 0 < len([line for line in example.splitlines() if line.strip()]) <= 10  # the usage, after its imports
 
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "HOME": str(tmp_path)}
     done = subprocess.run([sys.executable, "-c", FRESH_PROCESS], capture_output=True, text=True, env=env,
@@ -208,3 +208,119 @@ def test_a_module_with_weights_passes_them_to_the_op_so_loaded_weights_count(tmp
     assert seen["same"] and seen["loaded"] and seen["wide_ok"], seen
     assert "agentforge.scale.default" in seen["graph"]
     assert seen["wide"] == [3, 96]
+
+
+NESTED_TASK = """
+import torch
+
+DTYPE = "float32"
+ROWS, HIDDEN = 64, 48
+SHAPES = {"cpu": {"ROWS": 9, "HIDDEN": 40}}
+
+
+class Model(torch.nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(hidden))
+
+    def forward(self, x, residual):
+        total = x + residual
+        return total * self.weight, [total, residual]  # a tuple holding a list; one output is an input
+"""
+
+NESTED_TASK_INPUTS = """
+
+def get_inputs():
+    return [torch.randn(ROWS, HIDDEN), torch.randn(ROWS, HIDDEN)]
+
+
+def get_init_inputs():
+    return [HIDDEN]
+"""
+
+NESTED_KERNEL = '''# fake: tag=nested us=5
+import ctypes
+
+import torch
+from agentforge.evaluator.native import load_cpp
+
+lib = load_cpp("add_scale_rows", r"""
+extern "C" void add_scale(const float* x, const float* r, const float* w, float* t, float* y, long rows, long cols) {
+    for (long i = 0; i < rows; ++i)
+        for (long j = 0; j < cols; ++j) {
+            t[i * cols + j] = x[i * cols + j] + r[i * cols + j];
+            y[i * cols + j] = t[i * cols + j] * w[j];
+        }
+}""", openmp=False)
+
+
+class ModelNew(torch.nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(hidden))
+
+    def forward(self, x, residual):
+        x, residual, w = x.contiguous(), residual.contiguous(), self.weight.detach().contiguous()
+        total, y = torch.empty_like(x), torch.empty_like(x)
+        lib.add_scale(*(ctypes.c_void_p(t.data_ptr()) for t in (x, residual, w, total, y)),
+                      ctypes.c_long(x.shape[0]), ctypes.c_long(x.shape[1]))
+        return y, [total, residual]
+'''
+
+NESTED_PROCESS = r'''
+import json
+import torch
+import nested_kernel as pkg
+
+graphs = []
+def record(gm, example_inputs):
+    graphs.append([str(node.target) for node in gm.graph.nodes])
+    return gm.forward
+
+reference = pkg.reference()
+fast = pkg.Module(*pkg.init_inputs()).load_weights(reference)
+x, r = pkg.inputs()
+with torch.no_grad():
+    want = reference(x, r)
+    eager = fast(x, r)
+    kept = torch.compile(fast, backend=record, fullgraph=True)(x, r)
+    traced = torch.compile(lambda a, b: pkg.nested(a, b)[1][0] * 2.0, backend="aot_eager", fullgraph=True)(x, r)
+print(json.dumps({
+    "types": [type(eager).__name__, type(eager[1]).__name__, type(kept).__name__, type(kept[1]).__name__],
+    "eager_ok": all(torch.equal(a, b) for a, b in [(eager[0], want[0]), *zip(eager[1], want[1])]),
+    "kept_ok": all(torch.equal(a, b) for a, b in [(kept[0], want[0]), *zip(kept[1], want[1])]),
+    "traced_ok": torch.equal(traced, (x + r) * 2.0),
+    "not_the_input": eager[1][1] is not r and kept[1][1] is not r,
+    "ops": [n for n in graphs[0] if "agentforge" in n],
+    "shape": [pkg.SHAPE, list(x.shape)],
+    "structure": repr(pkg.OUTPUT),
+}))
+'''
+
+
+def test_a_task_returning_a_tuple_with_a_list_exports_its_structure(tmp_path, kernels):
+    """A Model returning a tuple (here holding a list, and one of its own inputs) gets the same
+    structure back from the exported op, eager and under torch.compile (one node of the graph), and
+    the package's inputs and reference are the run's timed shape."""
+    task = tmp_path / "nested.py"
+    task.write_text(NESTED_TASK + NESTED_TASK_INPUTS)
+    settings = Settings(runs_dir=str(tmp_path / "runs"))
+    settings.eval.backend = "cpu"
+    settings.agent.max_rounds = 1
+    run = optimize(str(task), settings, provider=kernels.FakeProvider([kernels.fenced(NESTED_KERNEL)]),
+                   evaluate=kernels.fake_evaluate)
+    assert run.best is not None
+    out = CliRunner().invoke(app, ["export", run.run_id, "--runs", str(tmp_path / "runs"), "--to", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    assert "python -m nested_kernel.example" in out.output
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", NESTED_PROCESS], capture_output=True, text=True, env=env,
+                          timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["types"] == ["tuple", "list", "tuple", "list"], seen
+    assert seen["eager_ok"] and seen["kept_ok"] and seen["traced_ok"] and seen["not_the_input"], seen
+    assert seen["ops"] == ["agentforge.nested.default"], seen  # one node, not a graph break
+    assert seen["structure"] == "('tensor', ['tensor', 'tensor'])"
+    # fake_evaluate times no shape: the package falls back to the task's default sizes
+    assert seen["shape"] == ["default", [64, 48]]
