@@ -51,6 +51,8 @@ class SampleOutcome:
     status: str = "ok"
     overhead_bound: bool = False  # the candidate / eager pair is within 20x of the harness floor
     overhead_bound_vs_compile: bool = False  # the same for the pair with the best torch.compile mode
+    reason: str = ""  # why it got its status, in one line (task_rows.verdict_details)
+    speedup_ci: tuple[float, float] | None = None  # the speedup's interval, when the verdict has one
 
     @property
     def headline_speedup(self) -> float | None:

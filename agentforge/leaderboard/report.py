@@ -16,6 +16,7 @@ from pathlib import Path
 
 from agentforge.leaderboard.board import Standing
 from agentforge.leaderboard.metrics import SPEEDUP_CLIP, clip, fast_p
+from agentforge.leaderboard.task_rows import TaskRow
 
 FORMATS = ("md", "html")
 COLUMNS = (
@@ -25,6 +26,8 @@ COLUMNS = (
     ("overhead_bound", "overhead-bound"), ("usd_per_task", "$ / task"), ("tokens_per_task", "tokens / task"),
     ("minutes_per_task", "min / task"),
 )
+
+TASK_COLUMNS = (("task", "task"), ("status", "status"), ("speedup", "speedup x"), ("reason", "reason"))
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,22 @@ def table_rows(standings: Sequence[Standing]) -> list[list[str]]:
         data = {"entry": s.entry, **s.metrics.as_row()}
         rows.append([fmt(key, data.get(key)) for key, _ in COLUMNS])
     return rows
+
+
+def speedup_cell(row: TaskRow) -> str:
+    """A task's speedup vs eager, with its interval when the verdict has one; '-' when it was not
+    accepted or not timed; an overhead-bound ratio is said to be one."""
+    if not row.accepted or row.speedup is None:
+        return "-"
+    text = f"{row.speedup:.2f}"
+    if row.speedup_ci is not None:
+        text += f" [{row.speedup_ci[0]:.2f}, {row.speedup_ci[1]:.2f}]"
+    return text + " (overhead-bound)" if row.overhead_bound else text
+
+
+def task_table_rows(rows: Sequence[TaskRow]) -> list[list[str]]:
+    """The per-task table's cells: task, status, speedup, reason."""
+    return [[r.task, r.status, speedup_cell(r), r.reason] for r in rows]
 
 
 def write_report(standings: Sequence[Standing], out_dir: Path, fmt_name: str = "md") -> Path:
@@ -101,6 +120,12 @@ def _markdown(sections: Sequence[Section], out_dir: Path) -> str:
         lines.append("|" + "---|" * len(COLUMNS))
         lines += ["| " + " | ".join(row) + " |" for row in table_rows(sec.standings)]
         lines.append("")
+        for s in sec.standings:
+            lines += [f"### {s.entry}: per task", ""]
+            lines.append("| " + " | ".join(title for _, title in TASK_COLUMNS) + " |")
+            lines.append("|" + "---|" * len(TASK_COLUMNS))
+            lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in task_table_rows(s.rows)]
+            lines.append("")
         for title, path in sec.plots.items():
             lines += [f"![{title}]({path.relative_to(out_dir).as_posix()})", ""]
     return "\n".join(lines)
@@ -111,7 +136,7 @@ def _html(sections: Sequence[Section], out_dir: Path) -> str:
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>agentforge leaderboard</title>",
              "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
              "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}td:first-child{text-align:left}"
-             "img{max-width:900px;display:block;margin:1em 0}</style></head><body>",
+             "table.tasks td{text-align:left}img{max-width:900px;display:block;margin:1em 0}</style></head><body>",
              "<h1>agentforge leaderboard</h1>", f"<p>{esc(_header())}</p>"]
     for sec in sections:
         parts.append(f"<h2>{esc(sec.suite)} — {esc(sec.track)}</h2><table><tr>")
@@ -120,10 +145,22 @@ def _html(sections: Sequence[Section], out_dir: Path) -> str:
         for row in table_rows(sec.standings):
             parts.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>")
         parts.append("</table>")
+        for s in sec.standings:
+            parts.append(f"<h3>{esc(s.entry)}: per task</h3><table class='tasks'><tr>")
+            parts += [f"<th>{esc(title)}</th>" for _, title in TASK_COLUMNS]
+            parts.append("</tr>")
+            for row in task_table_rows(s.rows):
+                parts.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>")
+            parts.append("</table>")
         for title, path in sec.plots.items():
             parts.append(f"<img alt='{esc(title)}' src='{esc(path.relative_to(out_dir).as_posix())}'>")
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _md_cell(text: str) -> str:
+    """A table cell's text: a '|' would end the cell, a newline the row."""
+    return " ".join(text.split()).replace("|", "\\|")
 
 
 def _slug(text: str) -> str:
@@ -202,7 +239,7 @@ def _draw_fast_p(ax, group: Sequence[Standing]) -> None:
 def _draw_per_task(ax, group: Sequence[Standing]) -> None:
     tasks = list(group[0].levels)
     width = 0.8 / max(1, len(group))
-    hatched = False
+    hatched = marked = False
     for i, s in enumerate(group):
         speed, bound = _speedups(s), overhead_bound_tasks(s)
         ax.bar([k + i * width for k in range(len(tasks))], [speed.get(t, 0.0) for t in tasks], width,
@@ -213,11 +250,29 @@ def _draw_per_task(ax, group: Sequence[Standing]) -> None:
                    alpha=0.35, hatch="//", edgecolor="black", linewidth=0.4,
                    label=None if hatched else "overhead-bound (no headline)")
             hatched = True
+        marked = _mark_failures(ax, s, tasks, [k + i * width for k in range(len(tasks))], marked)
     ax.set_xticks([k + width * (len(group) - 1) / 2 for k in range(len(tasks))])
     ax.set_xticklabels([t.split("/")[-1][:18] for t in tasks], rotation=60, ha="right", fontsize=7)
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
-    ax.set_ylabel("speedup vs eager (0: not accepted)")
+    ax.set_ylabel("speedup vs eager (x: not accepted)")
     ax.legend(fontsize=8)
+
+
+def _mark_failures(ax, s: Standing, tasks: Sequence[str], xs: Sequence[float], labelled: bool) -> bool:
+    """A red x at 0 and the status written above it for each task `s` has no accepted kernel for
+    (a crash, a mismatch, no kernel, missing), so an empty bar is never silent. True once the
+    legend has its entry."""
+    rows = {r.task: r for r in s.rows}
+    failed = [(x, rows[t].status if t in rows else "missing") for x, t in zip(xs, tasks, strict=True)
+              if t not in rows or not rows[t].accepted]
+    if not failed:
+        return labelled
+    ax.scatter([x for x, _ in failed], [0.0] * len(failed), marker="x", color="red", zorder=4, clip_on=False,
+               label=None if labelled else "not accepted (its status above)")
+    for x, status in failed:
+        ax.annotate(status, (x, 0.0), xytext=(0, 6), textcoords="offset points", rotation=90, fontsize=7,
+                    color="red", ha="center", va="bottom")
+    return True
 
 
 def _draw_entries(ax, group: Sequence[Standing]) -> None:

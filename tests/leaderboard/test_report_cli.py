@@ -163,3 +163,54 @@ def test_overhead_bound_pairs_are_counted_and_never_headlined(tmp_path: Path) ->
     cells = dict(zip(header.strip("|").split("|"), row.strip("|").split("|"), strict=True))
     assert cells[" overhead-bound "].strip() == "1" and cells[" geomean x "].strip() == "2.00"
     assert "overhead-bound" in text.split("\n\n")[1]  # the header says what the column means
+
+
+def test_show_has_a_per_task_table_with_reasons(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 30: a board at 0 % must say, per task, what happened."""
+    from agentforge.cli import common
+
+    monkeypatch.setattr(common.console, "width", 200)
+    out = CliRunner().invoke(app, ["leaderboard", "show", "--results-url", url, "--track", "hardened"])
+    assert out.exit_code == 0, out.output
+    assert "slow on tasks — hardened: per task" in out.output
+    lines = out.output.splitlines()
+    table = lines[next(i for i, line in enumerate(lines) if "slow on tasks — hardened: per task" in line):]
+    row = {cells[0]: cells[1:] for cells in (_cells(line) for line in table[:12]) if len(cells) == 4}
+    assert row["level1/a"][:2] == ["ok", "1.10"]
+    assert row["level1/b"][0] == "mismatch" and row["level1/b"][2] == "shape 'default': mismatch"
+    assert row["level2/c"] == ["missing", "-", "no evaluation stored for this task"]
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("│┃").split("│")] if "│" in line else []
+
+
+@pytest.mark.parametrize("fmt", ["md", "html"])
+def test_reports_carry_the_per_task_tables(url: str, tmp_path: Path, fmt: str) -> None:
+    result = CliRunner().invoke(app, ["leaderboard", "report", "--results-url", url, "--format", fmt,
+                                      "--out", str(tmp_path / "r"), "--track", "hardened"])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "r" / f"report.{fmt}").read_text()
+    if fmt == "md":
+        assert "### slow: per task" in text
+        assert "| level1/b | mismatch | - | shape 'default': mismatch |" in text
+        assert "| level1/a | ok | 2.50 | accepted, timed on shape 'default' |" in text
+    else:
+        assert "<h3>slow: per task</h3>" in text
+        cells = ["level1/b", "mismatch", "-", "shape &#x27;default&#x27;: mismatch"]
+        assert "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>" in text
+
+
+def test_the_per_task_plot_marks_each_failure(url: str) -> None:
+    from matplotlib.figure import Figure
+
+    from agentforge.leaderboard.report import _draw_per_task
+
+    with ResultsStore(url) as store:
+        group = standings(store, track="hardened")
+    ax = Figure().add_subplot()
+    _draw_per_task(ax, group)
+    marks = sorted(t.get_text() for t in ax.texts)
+    # fast: level2/d missing; slow: level1/b mismatch, level2/c missing; cheat: a flagged, b, c, d missing
+    assert marks == sorted(["missing", "mismatch", "missing", "rejected", "missing", "missing", "missing"])
+    assert "not accepted (its status above)" in [t.get_text() for t in ax.get_legend().get_texts()]
