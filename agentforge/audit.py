@@ -18,7 +18,6 @@ that exceeds the size budget is checked on a copy with its large sizes halved un
 
 from __future__ import annotations
 
-import ast
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from typing import Any
 import torch
 
 from agentforge.evaluator.stage_correctness import set_mode
+from agentforge.shrink import shrink_steps
 from agentforge.task import (
     DEFAULT_SHAPE,
     Task,
@@ -41,8 +41,6 @@ from agentforge.task import (
 #: Elements (inputs, parameters, buffers and outputs) above which the audit does not run a task:
 #: about 64 MiB in fp32, so that intermediates of a few times that stay well within a laptop.
 DEFAULT_NUMEL_BUDGET = 1 << 24
-#: Sizes at or below this are kept when shrinking a problem (kernel sizes, strides, heads).
-_KEEP_SIZE = 16
 #: A shrunk problem aims this many times under the budget, so that its compute shrinks too.
 _SHRINK_MARGIN = 64
 #: The audit runs a few forwards plus one per parameter; a reference slower than this is skipped.
@@ -126,62 +124,20 @@ def audit_task(task: Task, shape: str | None = None, numel_budget: int = DEFAULT
 
 
 def _shrunk(task: Task, budget: int) -> tuple[Task, str, int] | None:
-    """A copy of `task` whose large integer sizes (> _KEEP_SIZE: kernel sizes, strides and head
-    counts stay) are divided by 2, 4, 8... until inputs, parameters and outputs fit well under
-    the budget (1/_SHRINK_MARGIN of it, so that compute shrinks too), or at least under it.
-
-    The copy's source assigns the smaller values where the file assigns the sizes, so globals
-    derived from them (`bias_shape = (out_channels, 1, 1)`) follow. Accepted only if its forward
-    still runs on the meta device. Returns (copy, label such as "default/8", elements)."""
-    sizes = {k: v for k, v in task.sizes().items() if isinstance(v, int) and v > _KEEP_SIZE}
-    try:
-        tree = ast.parse(task.source)
-    except SyntaxError:
-        return None
+    """A copy of `task` whose large integer sizes are divided by 2, 4, 8... (`shrink.shrink_steps`)
+    until inputs, parameters and outputs fit well under the budget (1/_SHRINK_MARGIN of it, so
+    that compute shrinks too), or at least under it. Accepted only if its forward still runs on the
+    meta device. Returns (copy, label such as "default/8", elements)."""
     fitting: tuple[Task, str, int] | None = None
-    previous: dict[str, int] = {}
-    for halvings in range(1, 16):
-        divisor = 2**halvings
-        shrunk = {k: max(_KEEP_SIZE, v // divisor) for k, v in sizes.items()}
-        if shrunk == previous:
-            break  # every size is down to _KEEP_SIZE
-        previous = shrunk
-        try:
-            copy = Task(task.name, ast.unparse(_assign_sizes(tree, shrunk)), task.path)
-        except TaskLoadError:
-            break
-        numel, outputs = _meta_numel(copy, DEFAULT_SHAPE)
+    for step in shrink_steps(task):
+        numel, outputs = _meta_numel(step.task, DEFAULT_SHAPE)
         if outputs is None or numel is None:
             break
         if numel <= budget:
-            fitting = (copy, f"default/{divisor}", numel)
+            fitting = (step.task, f"default/{step.divisor}", numel)
             if numel <= budget // _SHRINK_MARGIN:
                 break
     return fitting
-
-
-def _assign_sizes(tree: ast.Module, sizes: dict[str, int]) -> ast.Module:
-    """`tree` with each top-level assignment of a name in `sizes` (`n = ...`, `a = b = ...`,
-    `h, w = 128, 128`) assigning the new value instead; other statements untouched."""
-    body: list[ast.stmt] = []
-    for node in tree.body:
-        if isinstance(node, ast.Assign):
-            node = _reassigned(node, sizes)
-        body.append(node)
-    return ast.fix_missing_locations(ast.Module(body=body, type_ignores=[]))
-
-
-def _reassigned(node: ast.Assign, sizes: dict[str, int]) -> ast.Assign:
-    names = [t.id for t in node.targets if isinstance(t, ast.Name)]
-    if names and len(names) == len(node.targets) and all(n in sizes for n in names):
-        return ast.Assign(targets=node.targets, value=ast.Constant(sizes[names[0]]), lineno=node.lineno)
-    target, value = node.targets[0], node.value
-    if (len(node.targets) == 1 and isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple)
-            and len(target.elts) == len(value.elts)):
-        elts = [ast.Constant(sizes[t.id]) if isinstance(t, ast.Name) and t.id in sizes else v
-                for t, v in zip(target.elts, value.elts, strict=True)]
-        return ast.Assign(targets=node.targets, value=ast.Tuple(elts=elts, ctx=ast.Load()), lineno=node.lineno)
-    return node
 
 
 def _run_checks(task: Task, shape: str, deadline: float) -> tuple[list[Finding], list[str], str | None]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import hashlib
 import importlib.util
 import itertools
@@ -259,6 +260,7 @@ class Task:
         placed = [_place(x, "meta", self.dtype) for x in inputs]
         model = self.instantiate_on_meta(shape).to(device="meta", dtype=self.dtype)
         state = itertools.chain(model.parameters(), model.buffers())
+        meta_ready()
         try:
             with torch.no_grad(), self.shape_variant(shape), time_budget(forward_budget_s):
                 outputs: float | None = _nbytes(model(*placed))
@@ -456,16 +458,42 @@ def probe_entry(job: Any) -> Any:
     except TaskLoadError as exc:
         return EvalResult(**base, status=Status.TASK_ERROR, stage=Stage.TASK,
                           error=ErrorRecord(type="TaskLoadError", message=str(exc)[:2000]))
+    derived = _derived_cpu_shape(task, job)
+    if derived is not None:
+        task = Task(job.task_name, job.task_source + derived["source_suffix"])
     shapes: dict[str, Any] = {}
     for shape in task.shapes:
         try:
             shapes[shape] = task.footprint(shape, forward_budget_s=PROBE_FORWARD_BUDGET_S)
+            shapes[shape]["numel"] = task.input_numel(shape)
         except MemoryError as exc:  # sizing alone exhausted the sandbox: that shape is too large here
             shapes[shape] = {"error": f"MemoryError: {exc}", "too_large": True}
         except Exception as exc:  # left to the evaluator's own task check to report
             shapes[shape] = {"error": _one_line(exc)}
     probe = {"shapes": shapes, "dtype": task.dtype_name, "memory": _device_memory(job.device)}
+    if derived is not None:
+        probe["derived"] = derived
     return EvalResult(**base, status=Status.OK, stage=Stage.DONE, candidate_meta={"task_probe": probe})
+
+
+def _derived_cpu_shape(task: Task, job: Any) -> dict[str, Any] | None:
+    """For a CPU job that names no shape, on a problem that declares no variants (a KernelBench
+    file): the `cpu` variant derived from its sizes (`agentforge.cpu_shape`), as plain data."""
+    if job.backend != "cpu" or job.track != "hardened" or job.shapes:
+        return None
+    from agentforge.cpu_shape import derive_cpu_shape
+
+    derived = derive_cpu_shape(task)
+    return None if derived is None else {**derived.to_dict(), "source_suffix": derived.source_suffix(),
+                                         "description": derived.describe()}
+
+
+@functools.cache
+def meta_ready() -> None:
+    """Run one operator on the meta device, outside any time budget: the first one imports torch's
+    meta kernels and decompositions (14 s on a loaded 2-core VM), and a budget's alarm raised in
+    the middle of those imports would leave them half made for the rest of the process."""
+    torch.relu(torch.empty(1, device="meta"))
 
 
 @contextlib.contextmanager
@@ -524,6 +552,15 @@ class TaskText:
     source: str
     path: Path | None = None
     shape_names: tuple[str, ...] | None = None
+    # Set when `source` is the file's text plus a `cpu` variant the task probe derived for it
+    # (`agentforge.cpu_shape`): what that variant changes, said in every verdict made from it.
+    derived_shape: dict[str, Any] | None = None
+
+    def with_derived_shape(self, derived: dict[str, Any]) -> TaskText:
+        """This task with the probe's derived variant appended to its source."""
+        names = (*(self.shape_names or (DEFAULT_SHAPE,)), derived["name"])
+        return TaskText(self.name, self.source + derived["source_suffix"], self.path, names,
+                        {k: derived[k] for k in ("name", "overrides", "original", "divisor", "description")})
 
     @property
     def source_hash(self) -> str:
