@@ -46,7 +46,8 @@ def make_job(
         shapes=tuple(shapes), timing_shape=timing_shape, measure=measure or Measure(),
         timing=timing or TimingConfig(), correctness=correctness or CorrectnessConfig(), cuda_arch=cuda_arch,
         compile_only=compile_only, emulate=emulate, cache_dir=cache_dir,
-        candidate_meta={"provenance": vars(candidate.provenance).copy()},
+        candidate_meta={"provenance": vars(candidate.provenance).copy(),
+                        **({"derived_shape": task.derived_shape} if getattr(task, "derived_shape", None) else {})},
     )
 
 

@@ -34,6 +34,7 @@ from agentforge.evaluator import (
     task_check,
     triton_aot,
 )
+from agentforge.evaluator.compile_only import missing_cuda_source
 from agentforge.evaluator.cuda_emulation import judge as cuda_emulated
 from agentforge.evaluator.guards import compute_ops
 from agentforge.evaluator.remote import CandidateRaised, WorkerBroken, WorkerClient, evidence_items
@@ -172,6 +173,11 @@ def _run(ctx: Context, worker: WorkerClient | None) -> EvalResult:
         shapes = _shapes(task, job)
     except KeyError as exc:
         return _finish(ctx, Status.TASK_ERROR, error=ErrorRecord(type="UnknownShape", message=str(exc.args[0])))
+    no_cuda = missing_cuda_source(job.candidate_source) if (
+        job.backend == "cuda" and ctx.device.type != "cuda") else None
+    if no_cuda is not None:  # told before anything is built: the build would end in no_cuda_build
+        ctx.stage = Stage.BUILD
+        return _finish(ctx, Status.NO_CUDA_BUILD, error=ErrorRecord(type="NoCudaBuild", message=no_cuda))
     # Triton without a GPU runs in Triton's interpreter (correctness, then an ahead-of-time compile
     # for the target); CUDA without a GPU runs in the CPU emulation, each build judged by nvcc on the
     # way (one worker, one drive), or gets the nvcc verdict alone (compile-only, a bare job, shapes

@@ -67,28 +67,76 @@ def check_shape_names(name: str, known: tuple[str, ...] | None, shapes: tuple[st
 def preflight(task: TaskText, job: EvalJob, sandbox: SandboxConfig, memory_gb: float) -> EvalResult | None:
     """None when the job's task can be evaluated here; a `task_error` (or the sandbox's own
     failure) verdict when it cannot run at all; PreflightError for a usage problem."""
+    return prepare(task, job, sandbox, memory_gb).failed
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """What `prepare` found: the task and job to evaluate (a CPU job on a problem that declares no
+    shape variants gets a derived `cpu` one), a verdict when nothing can run, and one-line notes
+    for the user (the derived shape; what runs instead of a GPU)."""
+
+    task: TaskText
+    job: EvalJob
+    failed: EvalResult | None = None
+    notes: tuple[str, ...] = ()
+
+
+def prepare(task: TaskText, job: EvalJob, sandbox: SandboxConfig, memory_gb: float) -> Prepared:
+    """`preflight`, keeping what the probe found: the job to run and what to tell the user."""
+    from agentforge.agent.no_gpu import cuda_without_gpu
+
     check_text(task, job.shapes)
     probe = run_probe(job, sandbox)
     if probe.status.value != "ok":
-        return probe
+        return Prepared(task, job, probe)
     figures = probe.candidate_meta["task_probe"]
+    notes: list[str] = []
+    if figures.get("derived"):
+        task, job = with_derived_shape(task, job, figures["derived"])
+        notes.append(derived_note(task))
     known = tuple(figures["shapes"])
     check_shape_names(task.name, known, job.shapes)
     wanted = ("default",) if job.track == "kernelbench" else (job.shapes or known)
+    plan = cuda_without_gpu(job, figures, wanted)
+    if plan is not None:
+        wanted = plan.executed
+        notes.append(plan.note)
     check_memory(task.name, figures, wanted, known, memory_gb, job.device)
-    return None
+    return Prepared(task, job, None, tuple(notes))
+
+
+def with_derived_shape(task: TaskText, job: EvalJob, derived: dict[str, Any]) -> tuple[TaskText, EvalJob]:
+    """The task with the probe's derived `cpu` variant, and the job checking and timing it."""
+    task = task.with_derived_shape(derived)
+    job = dataclasses.replace(job, task_source=task.source, shapes=(derived["name"],),
+                              timing_shape=derived["name"],
+                              candidate_meta={**job.candidate_meta, "derived_shape": task.derived_shape})
+    return task, job
+
+
+def derived_note(task: TaskText) -> str:
+    derived = task.derived_shape or {}
+    return (f"{task.name} declares no shape sized for a CPU: checking and timing the shape "
+            f"'{derived.get('name')}' derived from its sizes, divided by {derived.get('divisor')}: "
+            f"{derived.get('description')} (--shape default runs the file's own sizes)")
 
 
 def run_probe(job: EvalJob, sandbox: SandboxConfig) -> EvalResult:
     """The task imported and its shapes sized in a sandbox child, no candidate code there. Any
     failure but the sandbox's own is the task's: it was the only code that ran."""
+    from agentforge.agent import probe_cache
     from agentforge.candidate import code_hash
     from agentforge.evaluator.api import evaluate
     from agentforge.evaluator.result import ErrorRecord, Stage, Status
 
     config = sandbox.replace(entry=PROBE_ENTRY, timeout_s=min(sandbox.timeout_s, PROBE_TIMEOUT_S),
                              warm_spares=0)  # one probe per task: a spare would only compete with the evaluation
+    cached = probe_cache.load(job)
+    if cached is not None:
+        return dataclasses.replace(cached, candidate_hash=code_hash(job.candidate_source))
     result = evaluate(dataclasses.replace(job, candidate_source=""), config)
+    probe_cache.save(job, result)
     result = dataclasses.replace(result, candidate_hash=code_hash(job.candidate_source))
     error = result.error or ErrorRecord(type="NoResult", message="no verdict")
     if result.status in (Status.OK, Status.TASK_ERROR) or error.type == "SandboxError":

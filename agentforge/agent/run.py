@@ -74,7 +74,7 @@ def optimize(
     compile_modes: Sequence[str] | None = None, limits: dict[str, Any] | None = None, shapes: Sequence[str] = (),
     on_activity: Callable[[str], None] | None = None, on_retry: Callable[[str], None] | None = None,
     candidates: int = 1, beam: int = 1, skills: bool = True, exemplars: bool = True,
-    check: Evaluate | None = None,
+    check: Evaluate | None = None, on_note: Callable[[str], None] | None = None,
 ) -> RunSummary:
     """Run (or with `resume`, continue) the coder/judge loop on a task until a budget stops it.
 
@@ -89,7 +89,8 @@ def optimize(
     search (`agent/search.py`). `skills` and `exemplars` put technique notes and the results
     store's scored kernels of similar tasks into the coder's prompt (`agent/knowledge.py`).
     `check` (build and correctness, no timing) lets the search check a round's candidates at once
-    when `evaluate` is given; the sandboxed evaluator brings its own.
+    when `evaluate` is given; the sandboxed evaluator brings its own. `on_note` hears, once, what
+    the preflight decided for the user to know (a derived CPU shape; what runs without a GPU).
     """
     from langgraph.checkpoint.sqlite import SqliteSaver
     from langgraph.types import Command
@@ -122,8 +123,11 @@ def optimize(
     task = _read_task(meta.get("task_ref", task_ref), settings)
     backend = meta.get("backend") or _backend(settings)
     device = meta.get("device") or _device(settings, backend)
+    file_hash = task.source_hash  # the file's own: a derived CPU shape appended below is not in it
     if evaluate is None:  # the sandboxed evaluator: check the task before any round is paid for
-        _preflight(task, settings, backend, device, tuple(shapes), tuple(baselines))
+        task, notes = _preflight(task, settings, backend, device, tuple(shapes), tuple(baselines))
+        for note in notes:
+            (on_note or (lambda line: None))(note)
     if provider is None:
         from agentforge.llm.registry import make_provider
 
@@ -144,20 +148,21 @@ def optimize(
         run_dir.mkdir(parents=True, exist_ok=False)
         meta = {
             "run_id": run_id, "task_ref": str(task.path or task_ref), "task_name": task.name,
-            "task_hash": task.source_hash, "backend": backend, "device": device, "review": review,
+            "task_hash": file_hash, "backend": backend, "device": device, "review": review,
             "device_spec": describe_device(device), "provider": provider.name,
             **models,
             "base_url": settings.provider.base_url, "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "agent": dataclasses.asdict(settings.agent), "baselines": list(baselines),
             "compile_modes": list(compile_modes) if compile_modes else None,
             "timing": dataclasses.asdict(timing) if timing else None, "shapes": list(shapes),
+            "derived_shape": getattr(task, "derived_shape", None),
             "search": {"candidates": candidates, "beam": beam},
             "knowledge": {"skills": skills, "exemplars": exemplars},
         }
         (run_dir / "run.json").write_text(json.dumps(meta, indent=1))
     else:
         run_id = resume
-    if meta["task_hash"] != task.source_hash:
+    if meta["task_hash"] != file_hash:
         raise RunError(f"the task file {meta['task_ref']} changed since run {run_id} started; start a new run")
 
     store = ArtifactStore(run_dir / "objects")
@@ -335,23 +340,27 @@ def _read_task(ref: str | None, settings: Settings) -> TaskText:
 
 
 def _preflight(task: TaskText, settings: Settings, backend: str, device: str, shapes: tuple[str, ...],
-               baselines: tuple[str, ...]) -> None:
+               baselines: tuple[str, ...]) -> tuple[TaskText, tuple[str, ...]]:
     """RunError, before the first round, for a task that cannot be evaluated here: it fails to
-    import or hangs in the sandbox, needs a model hub, lacks a --shape, or is too large."""
+    import or hangs in the sandbox, needs a model hub, lacks a --shape, or is too large. Else the
+    task to run (with a derived `cpu` shape, for a CPU run on a file that declares none) and the
+    notes to tell the user."""
     from agentforge.agent.nodes import task_error_reason
-    from agentforge.agent.preflight import PreflightError, preflight
+    from agentforge.agent.preflight import PreflightError, prepare
     from agentforge.evaluator.api import make_job
     from agentforge.sandbox.config import from_settings
 
     job = make_job(task, Candidate("", backend), device=device, track=settings.eval.track, shapes=shapes,
                    measure=Measure(baselines=baselines), cache_dir=str(Path(settings.cache_dir).expanduser()))
     try:
-        failed = preflight(task, job, from_settings(settings.sandbox, settings.cache_dir), settings.sandbox.memory_gb)
+        prepared = prepare(task, job, from_settings(settings.sandbox, settings.cache_dir), settings.sandbox.memory_gb)
     except PreflightError as exc:
         raise RunError(exc.message) from exc
+    failed = prepared.failed
     if failed is not None:
         raise RunError(task_error_reason(failed) if failed.status.value == "task_error"
                        else f"the sandbox could not run: {failed.summary()}")
+    return prepared.task, prepared.notes
 
 
 def _backend(settings: Settings) -> str:

@@ -137,7 +137,7 @@ def _replay_seed(path: Path) -> int:
 
 def _evaluate(task_ref: str, candidate: Path, flags: dict[str, Any], config: str | None,
               shapes: tuple[str, ...], timing: bool, compile_baseline: bool, seed: int | None = None) -> EvalResult:
-    from agentforge.agent.preflight import PreflightError, check_text, preflight
+    from agentforge.agent.preflight import PreflightError, check_text, prepare
     from agentforge.candidate import Candidate, guess_backend
     from agentforge.evaluator.api import default_device, evaluate, make_job
     from agentforge.evaluator.result import CorrectnessConfig, Measure
@@ -154,6 +154,11 @@ def _evaluate(task_ref: str, candidate: Path, flags: dict[str, Any], config: str
         raise Refused("NoCandidate", f"cannot read the candidate {candidate}: {exc.strerror}", task.name) from exc
     chosen = settings.eval.backend if settings.eval.backend != "auto" else guess_backend(source)
     where = settings.eval.device if settings.eval.device != "auto" else default_device(chosen)
+    if chosen == "cuda" and not where.startswith("cuda"):  # no GPU: nvcc judges what the source holds
+        from agentforge.evaluator.compile_only import missing_cuda_source
+
+        if (why := missing_cuda_source(source)) is not None:
+            raise Refused("NoCudaSource", f"{candidate}: {why}", task.name)
     measure = Measure(timing=timing, baselines=("eager", "compile") if compile_baseline else ("eager",),
                       profile=settings.eval.profile)
     job = make_job(task, Candidate(source, chosen), device=where, track=settings.eval.track, shapes=shapes,
@@ -161,10 +166,12 @@ def _evaluate(task_ref: str, candidate: Path, flags: dict[str, Any], config: str
                    correctness=CorrectnessConfig(base_seed=seed))
     sandbox = from_settings(settings.sandbox, settings.cache_dir)
     try:
-        failed = preflight(task, job, sandbox, settings.sandbox.memory_gb)
+        prepared = prepare(task, job, sandbox, settings.sandbox.memory_gb)
     except PreflightError as exc:
         raise Refused(exc.kind, exc.message, exc.task_name, **exc.extra) from exc
-    return failed if failed is not None else evaluate(job, sandbox)
+    for note in prepared.notes:  # a derived shape, what runs instead of a GPU: said before it runs
+        _say_note(note)
+    return prepared.failed if prepared.failed is not None else evaluate(prepared.job, sandbox)
 
 
 def _settings(flags: dict[str, Any], config: str | None) -> Settings:
@@ -206,6 +213,13 @@ def _why_not_evaluated(result: EvalResult) -> str:
     if result.status.value == "task_error":
         return f"task error, the candidate was not run: {cause}"
     return f"the sandbox could not run: {cause}"
+
+
+def _say_note(message: str) -> None:
+    from rich.text import Text
+
+    err_console.print(Text("note: ", style="yellow") + Text(" ".join(message.split())), soft_wrap=True,
+                      highlight=False)
 
 
 def _say(message: str) -> None:

@@ -98,7 +98,7 @@ def optimize_command(
                 compile_modes=QUICK_COMPILE_MODES if quick else None,
                 shapes=tuple(shape or ()),
                 limits=_explicit_limits(max_rounds, max_cost_usd, max_minutes, target) if resume else None,
-                on_activity=view.activity, on_retry=view.retry,
+                on_activity=view.activity, on_retry=view.retry, on_note=view.note,
                 candidates=candidates, beam=beam, skills=skills, exemplars=exemplars,
             )
     except (RunError, ProviderError, TaskLoadError) as exc:
@@ -195,6 +195,15 @@ class _LiveView:
     def activity(self, what: str) -> None:
         """Something started (a model call, an evaluation): shown with its own clock until a step ends."""
         self.now = (what, time.monotonic())
+
+    def note(self, line: str) -> None:
+        """What the preflight decided (a derived CPU shape, what runs without a GPU): one line, kept."""
+        if self.live is not None:
+            from rich.markup import escape
+
+            self.live.console.print(f"note: {escape(line)}", style="yellow")
+        else:
+            err_console.print(f"note: {line}", style="yellow", markup=False, highlight=False)
 
     def retry(self, line: str) -> None:
         """A model call failed and will be retried: said at once, in one line, never silently."""

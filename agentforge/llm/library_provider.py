@@ -9,11 +9,12 @@ already tried); as judge it answers a fixed, well-formed verdict of the mode the
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from agentforge.candidate import code_hash, extract_code
-from agentforge.kernel_library import ReferenceKernel, find_kernel, variant_sources
+from agentforge.kernel_library import ReferenceKernel, find_kernel, list_kernels, variant_sources
 from agentforge.llm.base import Completion, Message, ProviderError, Usage
 
 HOW_TO_CONFIGURE = (
@@ -28,11 +29,12 @@ class LibraryProvider:
 
     def __init__(self, task_name: str, backend: str, gpu: str | None = None, root: Path | None = None,
                  limit: int = 8):
-        kernel = find_kernel(task_name, backend, gpu=gpu, root=root)
+        kernel = (find_kernel(task_name, backend, gpu=gpu, root=root)
+                  or _kernelbench_kernel(task_name, backend, gpu, root))
         if kernel is None:
             raise ProviderError(
-                f"no LLM key is configured and the kernel library ships no {backend} kernel for "
-                f"{task_name}, so the offline `library` provider has nothing to propose. {HOW_TO_CONFIGURE}"
+                f"the kernel library ships no {backend} kernel for {task_name}, so the offline `library` "
+                f"provider has nothing to propose. {HOW_TO_CONFIGURE}"
             )
         self.kernel: ReferenceKernel = kernel
         self.variants = [
@@ -81,3 +83,15 @@ class LibraryProvider:
                 "plan": ["propose the next shipped variant"],
             }
         return "```json\n" + json.dumps(verdict, indent=2) + "\n```\n"
+
+
+def _kernelbench_kernel(task_name: str, backend: str, gpu: str | None, root: Path | None) -> ReferenceKernel | None:
+    """The shipped kernel of the same operator for a KernelBench problem, whose files are named
+    `<n>_<Operator>` (`level1/19_ReLU` -> the library's `relu`), when exactly one task matches; the
+    evaluator then checks it on the problem like any proposal."""
+    match = re.fullmatch(r"\d+_([A-Za-z][A-Za-z0-9]*)_?", task_name.rsplit("/", 1)[-1])
+    if match is None:
+        return None
+    names = {k.task_name for k in list_kernels(None, root) if k.backend == backend
+             and k.task_name.rsplit("/", 1)[-1] == match[1].lower()}
+    return find_kernel(names.pop(), backend, gpu=gpu, root=root) if len(names) == 1 else None

@@ -51,3 +51,47 @@ def test_eval_with_device_cuda_without_a_gpu_exits_2_with_what_to_do() -> None:
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "task error" not in proc.stderr and "no CUDA GPU" in proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
+
+
+# ----- a CUDA job whose candidate holds no CUDA: told before anything is built ------------------------
+CPP_ONLY = REPO / "tests" / "journeys" / "data" / "relu_load_inline.py"
+SHIPPED_CUDA = REPO / "results" / "kernels" / "h100" / "level1" / "relu" / "kernel.py"
+LEAN_CUDA = REPO / "tests" / "evaluator" / "candidates" / "relu_load_cuda.py"
+
+
+def test_a_source_without_cuda_is_named_and_cuda_sources_are_not() -> None:
+    from agentforge.evaluator.compile_only import missing_cuda_source
+
+    why = missing_cuda_source(CPP_ONLY.read_text())
+    assert why is not None and "--backend cpu" in why and "\n" not in why
+    for source in (SHIPPED_CUDA, LEAN_CUDA, REPO / "tests" / "journeys" / "data" / "relu_cuda_guarded_init.py"):
+        assert missing_cuda_source(source.read_text()) is None, source
+
+
+@needs_no_gpu
+def test_a_cpp_only_cuda_job_is_no_cuda_build_before_any_build() -> None:
+    job = make_job(load_task("level1/relu"), Candidate(CPP_ONLY.read_text(), backend="cuda"), device="cpu",
+                   shapes=("small",))
+    result = run_pipeline(job)
+    assert result.status == Status.NO_CUDA_BUILD and result.stage == Stage.BUILD, result.summary()
+    assert result.compile is None and not result.correctness  # nothing was built or run
+    assert result.error is not None and "holds no CUDA code" in result.error.message
+    assert "build" not in result.provenance.stage_seconds
+
+
+def test_what_a_cuda_job_runs_without_a_gpu_is_one_line() -> None:
+    from agentforge.evaluator.cuda_emulation.judge import MAX_ELEMENTS
+
+    from agentforge.agent.no_gpu import cuda_without_gpu
+
+    job = make_job(load_task("level1/relu"), Candidate("", backend="cuda"), device="cpu")
+    figures = {"memory": {"kind": "cpu"}, "shapes": {"small": {"numel": 132}, "default": {"numel": MAX_ELEMENTS * 4}}}
+    plan = cuda_without_gpu(job, figures, ("small", "default"))
+    assert plan is not None and plan.executed == ("small",) and plan.compiled_only == ("default",)
+    assert "compile-only verdict for sm_90a" in plan.note and "CPU emulation on small" in plan.note
+    assert "\n" not in plan.note and "default" in plan.note
+    none_fit = cuda_without_gpu(job, figures, ("default",))
+    assert none_fit is not None and none_fit.executed == () and "a smaller --shape" in none_fit.note
+    gpu = {**figures, "memory": {"kind": "cuda"}}
+    assert cuda_without_gpu(job, gpu, ("small",)) is None
+    assert cuda_without_gpu(make_job(load_task("level1/relu"), Candidate("", backend="cpu")), figures, ()) is None
