@@ -3,9 +3,10 @@
 `torch.profiler` with `profile_all_threads` rests on RecordFunction, torch's C++-level observer:
 the dispatcher's thread-local switches and the mode stack that step around a `TorchDispatchMode`
 do not step around it, and it sees threads a dispatch mode (thread-local) never does. It costs
-4-8 us of host time per operator on the 2-core machine (measured 2026-11-27): the judge times its
-baselines without it (a cost per operator inflates eager, with its many operators, over a fused
-candidate), so it falls on the candidate alone; on CUDA the head start hides it.
+about 1-8 us of host time per operator on the 2-core machine (measured 2026-11-27, load 2-13):
+the judge times its baselines without it (a cost per operator inflates eager, with its many
+operators, over a fused candidate), so it falls on the candidate alone; on CUDA the head start
+hides it.
 
 The worker marks each candidate call with a `WINDOW` scope (and each interpreted Triton launch
 with `HARNESS_WINDOW`, whose tensor moves are the interpreter's, not the candidate's).

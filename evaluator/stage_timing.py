@@ -287,8 +287,8 @@ def measure(task: Task, shape: str, candidate: RemoteModel, reference: torch.nn.
     subjects.append(timing.floor_subject(task_precision(outputs_like, dtypes), device))
     process_before = cpu_ns(candidate.cpu_clock)
     threads_before = thread_cpu_us(candidate.client.pid)
-    # No operator observer over the baselines' timed calls: its host cost per aten operator (4-8 us on
-    # the 2-core machine) fell inside every window, eager's many operators paying it many times and a
+    # No operator observer over the baselines' timed calls: its host cost per aten operator (about 1-8 us
+    # on the 2-core machine) fell inside every window, eager's many operators paying it many times and a
     # fused candidate once, which inflated the speedup. (The candidate's worker keeps its observer,
     # an integrity check: what it costs there falls on the candidate alone; on CUDA the head start
     # hides it, which gpu-check measures.)
