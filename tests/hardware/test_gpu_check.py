@@ -168,24 +168,25 @@ def test_no_run_is_given_more_than_the_call_has_left() -> None:
 
 
 # ----- the gpu tests: a run stopped at its limit is pending, and the next call goes on ----------
+MARK = "@pytest.mark." + "gpu"  # split: gpu_test_files() looks for the marker's text
 GPU_TESTS = '''
 import os
 import pytest
 
-@pytest.mark.gpu
+MARK
 def test_quick():
     assert True
 
-@pytest.mark.gpu
+MARK
 def test_fails():
     assert 1 == 2
 
-@pytest.mark.gpu
+MARK
 def test_slow():
     import time
     if not os.path.exists(os.environ["GO_FAST"]):
         time.sleep(600)
-'''
+'''.replace("MARK", MARK)
 
 
 def test_gpu_tests_past_their_limit_are_pending_and_the_next_call_runs_only_the_rest(tmp_path: Path,
@@ -217,8 +218,8 @@ def test_gpu_tests_share_gpu_checks_warm_build_cache() -> None:
     gpu_check = _script()
     env = gpu_check.gpu_tests_env()
     assert env["AGENTFORGE_TEST_CACHE_DIR"] == str(gpu_check.WORK / "cache")
-    argv = gpu_check.gpu_tests_argv(["tests/a.py"], {"tests/a.py::t": "PASSED"}, 240)
-    assert argv[-3:] == ["--timeout=240", "--deselect", "tests/a.py::t"] and "-v" in argv
+    argv = gpu_check.gpu_tests_argv(["tests/a.py"], {"tests/a.py::t": "PASSED"}, gpu_check.PER_TEST_TIMEOUT_S)
+    assert argv[-3:] == ["--timeout=280", "--deselect", "tests/a.py::t"] and "-v" in argv
     exploits = (REPO / "tests" / "exploits" / "test_exploits.py").read_text()
     assert 'os.environ.get("AGENTFORGE_TEST_CACHE_DIR")' in exploits  # the gpu cases' sandboxes use it
 
