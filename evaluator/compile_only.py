@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from agentforge.evaluator import api_drift, build_cache
+from agentforge.evaluator.cuda_source import missing_cuda_source as missing_cuda_source  # the pipeline's check
 from agentforge.evaluator.native import BUILD_EVENTS, BuildError, BuildEvent, _as_list, _check_flags
 
 # The lean path's flags (no torch headers): the same on the GPU (`native.load_cuda`) and here.
@@ -458,19 +459,3 @@ def capture_redirected(arch: str) -> Iterator[None]:
     finally:
         cpp_extension.load_inline, native.load_cuda = originals
 
-
-# ----- a CUDA job whose candidate holds no CUDA at all ---------------------------------------------
-# What any CUDA build the candidate could make must contain somewhere in its text: a kernel
-# (`__global__`), torch's `cuda_sources=`, the lean `load_cuda`, CuPy's raw kernels, or a `.cu` file.
-_CUDA_MARKERS = re.compile(r"__global__|cuda_sources|load_cuda|RawKernel|RawModule|\.cu\b")
-
-
-def missing_cuda_source(source: str) -> str | None:
-    """Why a `--backend cuda` candidate cannot build any CUDA code, read from its text alone (so
-    a C++ or PyTorch-only answer is told in seconds, before a build that would take minutes and
-    end in `no_cuda_build` anyway); None when its text could hold CUDA."""
-    if _CUDA_MARKERS.search(source):
-        return None
-    return ("the candidate holds no CUDA code (no `__global__` kernel, `cuda_sources`, `load_cuda`, CuPy raw "
-            "kernel or .cu file), so --backend cuda has nothing to build; evaluate a C++ or PyTorch answer with "
-            "--backend cpu")

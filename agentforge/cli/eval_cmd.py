@@ -137,13 +137,14 @@ def _replay_seed(path: Path) -> int:
 
 def _evaluate(task_ref: str, candidate: Path, flags: dict[str, Any], config: str | None,
               shapes: tuple[str, ...], timing: bool, compile_baseline: bool, seed: int | None = None) -> EvalResult:
+    settings = _settings(flags, config)
+    _refuse_without_cuda_source(settings, candidate)  # text only: before torch is imported
     from agentforge.agent.preflight import PreflightError, check_text, prepare
     from agentforge.candidate import Candidate, guess_backend
     from agentforge.evaluator.api import default_device, evaluate, make_job
     from agentforge.evaluator.result import CorrectnessConfig, Measure
     from agentforge.sandbox.config import from_settings
 
-    settings = _settings(flags, config)
     task = _read_task(task_ref, settings)
     try:
         check_text(task, shapes)  # before reading anything else: these need no process at all
@@ -154,11 +155,6 @@ def _evaluate(task_ref: str, candidate: Path, flags: dict[str, Any], config: str
         raise Refused("NoCandidate", f"cannot read the candidate {candidate}: {exc.strerror}", task.name) from exc
     chosen = settings.eval.backend if settings.eval.backend != "auto" else guess_backend(source)
     where = settings.eval.device if settings.eval.device != "auto" else default_device(chosen)
-    if chosen == "cuda" and not where.startswith("cuda"):  # no GPU: nvcc judges what the source holds
-        from agentforge.evaluator.compile_only import missing_cuda_source
-
-        if (why := missing_cuda_source(source)) is not None:
-            raise Refused("NoCudaSource", f"{candidate}: {why}", task.name)
     measure = Measure(timing=timing, baselines=("eager", "compile") if compile_baseline else ("eager",),
                       profile=settings.eval.profile)
     job = make_job(task, Candidate(source, chosen), device=where, track=settings.eval.track, shapes=shapes,
@@ -172,6 +168,21 @@ def _evaluate(task_ref: str, candidate: Path, flags: dict[str, Any], config: str
     for note in prepared.notes:  # a derived shape, what runs instead of a GPU: said before it runs
         _say_note(note)
     return prepared.failed if prepared.failed is not None else evaluate(prepared.job, sandbox)
+
+
+def _refuse_without_cuda_source(settings: Settings, candidate: Path) -> None:
+    """`--backend cuda` with a candidate whose text holds no CUDA code: refused from its text,
+    before anything imports torch (seconds), on any machine: there is nothing to build."""
+    from agentforge.evaluator.cuda_source import missing_cuda_source
+
+    if settings.eval.backend != "cuda":
+        return
+    try:
+        source = candidate.read_text()
+    except (OSError, UnicodeDecodeError):
+        return  # said by the usual path
+    if (why := missing_cuda_source(source)) is not None:
+        raise Refused("NoCudaSource", f"{candidate}: {why}")
 
 
 def _settings(flags: dict[str, Any], config: str | None) -> Settings:

@@ -60,7 +60,7 @@ LEAN_CUDA = REPO / "tests" / "evaluator" / "candidates" / "relu_load_cuda.py"
 
 
 def test_a_source_without_cuda_is_named_and_cuda_sources_are_not() -> None:
-    from agentforge.evaluator.compile_only import missing_cuda_source
+    from agentforge.evaluator.cuda_source import missing_cuda_source
 
     why = missing_cuda_source(CPP_ONLY.read_text())
     assert why is not None and "--backend cpu" in why and "\n" not in why
@@ -95,3 +95,34 @@ def test_what_a_cuda_job_runs_without_a_gpu_is_one_line() -> None:
     gpu = {**figures, "memory": {"kind": "cuda"}}
     assert cuda_without_gpu(job, gpu, ("small",)) is None
     assert cuda_without_gpu(make_job(load_task("level1/relu"), Candidate("", backend="cpu")), figures, ()) is None
+
+
+GUARDED = '''
+import torch
+from torch import nn
+from torch.utils import cpp_extension
+from agentforge.evaluator.cuda_emulation import environment
+
+environment.activate("sm_90a")  # what the candidate worker does before an emulated CUDA job's module runs
+
+
+class ModelNew(nn.Module):  # the guard of many published answers, around their load_inline
+    def __init__(self):
+        super().__init__()
+        self.reached = torch.cuda.is_available() and torch.cuda.device_count() == 1
+        self.capability = torch.cuda.get_device_capability()
+        self.judged = cpp_extension.load_inline.__module__
+
+
+model = ModelNew()
+x = torch.randn(4, device="cuda")
+print(model.reached, model.capability, model.judged, x.is_cuda)
+'''
+
+
+@needs_no_gpu
+def test_in_the_emulated_worker_a_guarded_init_sees_a_cuda_device() -> None:
+    proc = subprocess.run([sys.executable, "-c", GUARDED], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["True", "(9,", "0)", "agentforge.evaluator.cuda_emulation.environment", "True"], \
+        proc.stdout
