@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from agentforge.evaluator import api_drift, compile_only, native
+from agentforge.evaluator import api_drift, compile_only, native, prepack
 from agentforge.evaluator.native import BUILD_EVENTS, BuildError, BuildEvent, _as_list
 from agentforge.evaluator.result import ErrorRecord, to_plain
 
@@ -446,6 +446,8 @@ def drive(model_cls: type | None, init: list[Any], inputs: list[Any], arch: str)
             with fake_mode(), torch.no_grad():
                 if isinstance(model, torch.nn.Module):
                     model = _module_to_cuda(model, None).eval()
+                    with contextlib.suppress(Exception):  # as the worker does once the weights are loaded;
+                        prepack.prepare(model)  # what the lookalike cannot run there leaves forward to say
                 model(*[_make_input(v) for v in inputs])
             reached = "forward"
         except Exception as exc:  # past the builds: what cannot run here is not the candidate's fault

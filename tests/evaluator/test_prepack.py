@@ -126,3 +126,22 @@ def test_the_recorder_names_operators_on_weights_alone_not_on_inputs() -> None:
     evidence = prepack.evidence(recorder.on_weights, "shape default, trial 1")
     assert evidence[0][0] == "torch_fallback" and "prepare_weights" in evidence[0][1]
     assert prepack.evidence({}, "anywhere") == []
+
+
+class _PacksOnlyInTheHook(torch.nn.Module):
+    def __init__(self, k: int, n: int) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(k, n)
+
+    def prepare_weights(self) -> None:
+        self.weight_t = self.linear.weight.t()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.new_empty(x.shape[0], self.weight_t.shape[1])
+
+
+def test_the_compile_only_drive_calls_the_hook_before_forward() -> None:
+    from agentforge.evaluator import cuda_lookalike
+
+    progress = cuda_lookalike.drive(_PacksOnlyInTheHook, [6, 5], [torch.randn(3, 6)], "sm_90a")
+    assert progress == {"reached": "forward", "stopped": ""}
