@@ -76,7 +76,8 @@ _perf_counter = time.perf_counter  # bound before any candidate can patch `time`
 # before each (since Dec 2025) and the first trial discarded (counted here as a fourth warm-up),
 # CUDA events, the mean. Its first release flushed nothing: compare old published numbers with care.
 KERNELBENCH_TIMING = TimingConfig(warmup=4, min_reps=100, max_reps=100, target_rel_stderr=0.0, flush_l2=True,
-                                  statistic="mean", fresh_inputs=False, recheck_fraction=0.0)
+                                  statistic="mean", fresh_inputs=False, recheck_fraction=0.0,
+                                  target_ratio_width=0.0)
 KERNELBENCH_CORRECTNESS = CorrectnessConfig(trials=5, atol=1e-2, rtol=1e-2)
 
 

@@ -62,6 +62,11 @@ class TimingConfig:
     max_reps: int = 200
     target_rel_stderr: float = 0.005  # stop once stderr / mean is under this
     time_cap_s: float = 10.0  # per timed subject and shape
+    # Or stop once the speedup itself is known: the 95 % interval of the candidate's paired ratio to
+    # every baseline (speedup_interval) spans at most this (hi / lo - 1). Noise that hits a whole
+    # repetition cancels in the ratio, so on a busy machine it settles long before each subject's own
+    # standard error does. 0 turns the rule off.
+    target_ratio_width: float = 0.04
     flush_l2: bool = True
     statistic: str = "median"  # the figure speedups are computed from: median | mean
     fresh_inputs: bool = True  # new input contents for every timed call

@@ -293,10 +293,27 @@ def run_interleaved(
         if rep >= config.min_reps and (
             _perf_counter_ns() > deadline
             or all(stats(s.samples_us).rel_stderr < config.target_rel_stderr for s in subjects if not s.floor)
+            or ratios_settled(subjects, config.target_ratio_width)
         ):
             break
     return TimingRun({s.name: s for s in subjects}, "cuda-events" if cuda else "host-monotonic",
                      flush.enabled, rechecks, failures)
+
+
+def ratios_settled(subjects: list[Subject], width: float) -> bool:
+    """Whether the candidate's paired speedup interval against every baseline spans at most
+    `width` (hi / lo - 1); False without a candidate, a baseline, or the rule (width 0)."""
+    from agentforge.evaluator.speedup_interval import ratio_interval
+
+    candidate = next((s for s in subjects if s.name == "candidate"), None)
+    baselines = [s for s in subjects if not s.floor and s is not candidate]
+    if width <= 0 or candidate is None or not baselines:
+        return False
+    for baseline in baselines:
+        interval = ratio_interval(baseline.samples_us, candidate.samples_us)
+        if interval is None or interval[0] <= 0 or interval[1] / interval[0] - 1 > width:
+            return False
+    return True
 
 
 def summarise(subject: Subject, statistic: str) -> TimingStats:

@@ -19,7 +19,7 @@ from agentforge.sandbox.registry import Backend, backend_names, get_backend, reg
 
 __all__ = [
     "Backend", "SandboxConfig", "SandboxUnavailable", "backend_names", "from_settings", "get_backend",
-    "register_backend", "run", "run_many",
+    "prestart", "register_backend", "run", "run_many",
 ]
 
 
@@ -27,6 +27,17 @@ def run(job: EvalJob, config: SandboxConfig | None = None) -> EvalResult:
     """Evaluate `job` in the sandbox `config.kind` names."""
     config = config or SandboxConfig()
     return get_backend(config.kind, config).run(job)
+
+
+def prestart(job: EvalJob, config: SandboxConfig | None = None) -> None:
+    """Start a warm child for `job` now, where the backend keeps spares (CPU jobs of the process
+    backend): a command that evaluates right after its own preparations (reading the task, probing
+    it) then finds Python and torch already started. Nothing is started otherwise."""
+    config = config or SandboxConfig()
+    backend = get_backend(config.kind, config)
+    prestart_for = getattr(backend, "prestart", None)
+    if prestart_for is not None:
+        prestart_for(job)
 
 
 def run_many(jobs: Sequence[EvalJob], config: SandboxConfig | None = None, workers: int = 1,

@@ -140,6 +140,11 @@ class ProcessBackend:
         on_cpu = job.device == "cpu" or (job.device == "auto" and not _has_cuda())
         return self.config.warm_spares > 0 and on_cpu and not _interprets(job)
 
+    def prestart(self, job: EvalJob) -> None:
+        """A spare for `job`, started now when it may run in one (see `sandbox.prestart`)."""
+        if self._warm(job):
+            self.start_spare()
+
     def _spare_key(self) -> str:
         """What a spare's process depends on: a spare started under another config is not used."""
         cfg = self.config

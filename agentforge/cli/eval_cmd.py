@@ -143,6 +143,7 @@ def _evaluate(task_ref: str, candidate: Path, flags: dict[str, Any], config: str
     from agentforge.candidate import Candidate, guess_backend
     from agentforge.evaluator.api import default_device, evaluate, make_job
     from agentforge.evaluator.result import CorrectnessConfig, Measure
+    from agentforge.sandbox import prestart
     from agentforge.sandbox.config import from_settings
 
     task = _read_task(task_ref, settings)
@@ -161,6 +162,7 @@ def _evaluate(task_ref: str, candidate: Path, flags: dict[str, Any], config: str
                    measure=measure, cuda_arch=settings.eval.cuda_arch, cache_dir=settings.cache_dir,
                    correctness=CorrectnessConfig(base_seed=seed))
     sandbox = from_settings(settings.sandbox, settings.cache_dir)
+    prestart(job, sandbox)  # the job's child starts Python and torch while the task is probed
     try:
         prepared = prepare(task, job, sandbox, settings.sandbox.memory_gb)
     except PreflightError as exc:
