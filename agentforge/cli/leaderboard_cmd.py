@@ -8,17 +8,25 @@ from typing import Any
 import typer
 
 from agentforge.cli.common import build_settings, check_sandbox, console, err_console, say_error
+from agentforge.settings import describe
 
-SUITE_HELP = "tasks | tasks:level1,level2 | level1 | kernelbench:PATH[:level1] | a .toml list of tasks"
+SUITE_HELP = ("which tasks: tasks (all of them), level1, tasks:level1 (add ,level2 for more), "
+              "kernelbench:DIR (a KernelBench checkout; add :level1 for one level), or a .toml file listing tasks")
 HOLDOUT_HELP = ("TOML file with the secret seed and shapes of a ranked run (keep it where candidates "
                 "cannot read it)")
 TRACK_HELP = "evaluation track(s): hardened, kernelbench (repeat the option for both; default both)"
 RAY_HELP = "run evaluations on Ray: 'auto' joins the running cluster, or give an address; 'local' starts one"
-CONFIG_HELP = "settings file (default agentforge.toml)"
-URL_HELP = "SQLAlchemy URL of the results store (default sqlite:///results/agentforge.db)"
+CONFIG_HELP = "settings file (default: agentforge.toml in this folder)"
+URL_HELP = "SQLAlchemy URL of the results store (default: the SQLite file agentforge.db under results/)"
 ISOLATION_HELP = ("sandbox isolation: auto (bwrap, else unshare; refuses as root without either), bwrap, "
-                  "unshare, or none (no filesystem/network isolation: only when you mean it)")
+                  "unshare, or none (no filesystem or network isolation: only when you mean it)")
 AGAIN_HINT = "run the same command again (stored evaluations are kept and skipped)"
+# The same meaning and help text as on `agentforge optimize` (cli/optimize_cmd.py).
+SHAPE_HELP = "shape variant(s) to check (default: all); the first is timed"
+QUICK_HELP = ("fewer timed repetitions (max 40, 1 s per subject) and torch.compile's default mode only "
+              "(max-autotune takes minutes per evaluation on a GPU): for demos; re-measure the result with "
+              "`agentforge eval`")
+EXIT_ALL_FAILED = 2  # `leaderboard run`: not one task of the suite got an accepted kernel
 
 
 def register(app: typer.Typer) -> None:
@@ -34,39 +42,49 @@ def run_cmd(
     suite: str = typer.Option(..., "--suite", help=SUITE_HELP),
     provider: str | None = typer.Option(None, "--provider", help="LLM provider"),
     model: str | None = typer.Option(None, "--model", help="coder model"),
-    name: str | None = typer.Option(None, "--name", help="entry name (default PROVIDER/MODEL)"),
+    name: str | None = typer.Option(None, "--name", help="entry name (default: provider/model)"),
     workers: int | None = typer.Option(None, "--workers", help="tasks optimised at once"),
     ray: str | None = typer.Option(None, "--ray", help=RAY_HELP),
-    track: list[str] | None = typer.Option(None, "--track", help=TRACK_HELP),
+    track: list[str] | None = typer.Option(None, "--track", help=TRACK_HELP, metavar="TRACK"),
     holdout: Path | None = typer.Option(None, "--holdout", help=HOLDOUT_HELP),
-    compile_baseline: bool = typer.Option(True, "--compile-baseline/--no-compile-baseline",
+    compile_baseline: bool = typer.Option(True, "--compile-baseline/--no-compile-baseline", show_default=False,
                                           help="also time torch.compile, in the loops and when ranking "
-                                               "(slow to build)"),
+                                               "(slow to build; on by default)"),
+    max_rounds: int | None = typer.Option(None, "--max-rounds", help=describe("agent.max_rounds")),
+    backend: str | None = typer.Option(None, "--backend", help=describe("eval.backend")),
+    shape: list[str] | None = typer.Option(None, "--shape", help=SHAPE_HELP, metavar="SHAPE"),
+    quick: bool = typer.Option(False, "--quick", help=QUICK_HELP),
+    out: str | None = typer.Option(None, "--out", help=describe("runs_dir")),
     results_url: str | None = typer.Option(None, "--results-url", help=URL_HELP),
     isolation: str | None = typer.Option(None, "--isolation", help=ISOLATION_HELP),
     config: str | None = typer.Option(None, "--config", help=CONFIG_HELP),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bars"),
 ) -> None:
     """One optimisation run per task of SUITE, in parallel; each task's best kernel is then
-    ranked on the tracks. Finished tasks are skipped when the same run is started again."""
+    ranked on the tracks. Finished tasks are skipped when the same run is started again. Exits 2
+    when no task got an accepted kernel, saying why for each."""
     from agentforge.cli import errors
     from agentforge.leaderboard.runner import run_suite
 
     settings = build_settings(config, results_url=results_url, provider__name=provider, provider__model=model,
                               sandbox__workers=workers, sandbox__ray_address=_ray_address(ray),
-                              sandbox__isolation=isolation)
+                              sandbox__isolation=isolation, agent__max_rounds=max_rounds, eval__backend=backend,
+                              runs_dir=out)
     errors.set_resume_hint(AGAIN_HINT.replace("stored evaluations", "finished tasks and stored evaluations"))
     entry = name or f"{settings.provider.name}/{settings.provider.model or 'default'}"
     suite_obj, held, options, store, executor = _prepare(settings, suite, holdout, track, ray,
-                                                         compile_baseline=compile_baseline)
-    optimizer = _optimizer(settings, entry, suite_obj.name, options.device,
-                           baselines=("eager", "compile") if compile_baseline else ("eager",))
+                                                         compile_baseline=compile_baseline,
+                                                         shapes=tuple(shape or ()), quick=quick)
+    optimizer = _optimizer(settings, entry, suite_obj.name, options,
+                           baselines=("eager", "compile") if compile_baseline else ("eager",),
+                           max_rounds=max_rounds)
     with store:
         report = run_suite(suite_obj, store=store, entry=entry, optimizer=optimizer, options=options,
                            executor=executor, holdout=held, workers=settings.sandbox.workers, progress=progress,
                            provider=settings.provider.name, model=settings.provider.model)
         _summary(report, entry)
-        _print_standings(store, suite_obj.name, None)
+        _print_standings(store, suite_obj.name, None, entry=entry, tracks=options.tracks)
+        _exit_if_all_failed(store, entry, suite_obj.name, options.tracks)
 
 
 def eval_cmd(
@@ -79,8 +97,9 @@ def eval_cmd(
     holdout: Path | None = typer.Option(None, "--holdout", help=HOLDOUT_HELP),
     backend: str | None = typer.Option(None, "--backend", help="cpu, cuda, triton, or auto (from each source)"),
     device: str | None = typer.Option(None, "--device", help="cpu, cuda, cuda:N, or auto"),
-    compile_baseline: bool = typer.Option(True, "--compile-baseline/--no-compile-baseline",
-                                          help="also time torch.compile (slow to build; needed for vs-compile)"),
+    compile_baseline: bool = typer.Option(True, "--compile-baseline/--no-compile-baseline", show_default=False,
+                                          help="also time torch.compile (slow to build; needed for vs-compile; "
+                                               "on by default)"),
     results_url: str | None = typer.Option(None, "--results-url", help=URL_HELP),
     isolation: str | None = typer.Option(None, "--isolation", help=ISOLATION_HELP),
     config: str | None = typer.Option(None, "--config", help=CONFIG_HELP),
@@ -189,12 +208,13 @@ def _ray_address(ray: str | None) -> str | None:
 
 def _prepare(
     settings: Any, suite: str, holdout: Path | None, tracks: list[str] | None, ray: str | None,
-    *, compile_baseline: bool = True,
+    *, compile_baseline: bool = True, shapes: tuple[str, ...] = (), quick: bool = False,
 ):
-    """Suite, hold-out, job options, store and executor from settings; bad input exits 2."""
-    from agentforge.evaluator.result import TRACKS, Measure
+    """Suite, hold-out, job options, store and executor from settings; bad input exits 2.
+    `shapes` and `quick` as `--shape` and `--quick` ask."""
+    from agentforge.evaluator.result import TRACKS, Measure, TimingConfig
     from agentforge.leaderboard.executors import make_executor
-    from agentforge.leaderboard.runner import JobOptions
+    from agentforge.leaderboard.runner import CPU_TRACK_NOTE, JobOptions, default_tracks
     from agentforge.leaderboard.suites import SuiteError, load_holdout, load_suite
     from agentforge.sandbox.config import from_settings
     from agentforge.store import ResultsStore
@@ -202,8 +222,7 @@ def _prepare(
 
     if ray is None and settings.sandbox.kind != "ray":
         check_sandbox(settings)
-    chosen = tuple(tracks or TRACKS)
-    unknown = [t for t in chosen if t not in TRACKS]
+    unknown = [t for t in tracks or () if t not in TRACKS]
     if unknown:
         say_error(f"unknown track(s) {', '.join(unknown)}; choose from: {', '.join(TRACKS)}")
         raise typer.Exit(2)
@@ -219,9 +238,19 @@ def _prepare(
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
     backend = "detect" if settings.eval.backend == "auto" else settings.eval.backend
-    measure = None if compile_baseline else Measure(baselines=("eager",), compile_modes=())
+    chosen = tuple(tracks) if tracks else default_tracks(suite_obj, on_cpu=device == "cpu" or backend == "cpu")
+    if not tracks and chosen != TRACKS:
+        err_console.print(CPU_TRACK_NOTE, style="yellow", markup=False, highlight=False, soft_wrap=True)
+    from agentforge.cli.optimize_cmd import QUICK_COMPILE_MODES, QUICK_TIMING
+
+    measure = None
+    if not compile_baseline:
+        measure = Measure(baselines=("eager",), compile_modes=())
+    elif quick:
+        measure = Measure(compile_modes=QUICK_COMPILE_MODES)
     options = JobOptions(backend=backend, device=device, tracks=chosen,
-                         cache_dir=str(Path(settings.cache_dir).expanduser()), measure=measure)
+                         cache_dir=str(Path(settings.cache_dir).expanduser()), measure=measure, shapes=shapes,
+                         timing=TimingConfig(**QUICK_TIMING) if quick else None)
     sandbox = from_settings(settings.sandbox, settings.cache_dir)
     kind = "ray" if ray is not None or settings.sandbox.kind == "ray" else "process"
     executor = make_executor(kind, sandbox, workers=settings.sandbox.workers,
@@ -229,18 +258,24 @@ def _prepare(
     return suite_obj, held, options, ResultsStore(settings.results_url), executor
 
 
-def _optimizer(settings: Any, entry: str, suite: str, device: str, baselines: tuple[str, ...] = ("eager", "compile")):
+def _optimizer(settings: Any, entry: str, suite: str, options: Any, baselines: tuple[str, ...] = ("eager", "compile"),
+               max_rounds: int | None = None):
     """One optimisation run per task through the agent loop (imported only when used). Each task
     gets a fixed run id, so a leaderboard run that was interrupted resumes the task's loop from
-    its last checkpoint instead of starting it again. All loops evaluate through one GPU gate,
-    so parallel loops never time on the same GPU at once."""
+    its last checkpoint instead of starting it again (with `max_rounds`, when given, as its new
+    budget). All loops evaluate through one GPU gate, so parallel loops never time on the same GPU
+    at once; they check and time the shapes the ranking will (`options.shapes`, else the backend's)."""
     import re
     import time
 
     from agentforge.leaderboard.gpu_gate import DeviceGate, gated_evaluate
     from agentforge.leaderboard.runner import OptimizeOutcome
 
-    evaluate = gated_evaluate(settings, DeviceGate(), device, baselines=baselines)
+    modes = options.measure.compile_modes if options.measure is not None else ()
+    evaluate = gated_evaluate(settings, DeviceGate(), options.device, baselines=baselines, shapes=options.shapes,
+                              timing=options.timing, compile_modes=modes)
+    same = {"evaluate": evaluate, "baselines": baselines, "shapes": options.shapes, "timing": options.timing,
+            "compile_modes": modes or None}
 
     def optimise(task: Any) -> OptimizeOutcome:
         from agentforge.agent.run import optimize
@@ -248,9 +283,10 @@ def _optimizer(settings: Any, entry: str, suite: str, device: str, baselines: tu
         run_id = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"leaderboard-{entry}-{suite}-{task.name}")
         started = time.monotonic()
         if (Path(settings.runs_dir).expanduser() / run_id / "run.json").is_file():
-            summary = optimize(None, settings, resume=run_id, evaluate=evaluate)
+            limits = {"max_rounds": max_rounds} if max_rounds is not None else None
+            summary = optimize(None, settings, resume=run_id, limits=limits, **same)
         else:
-            summary = optimize(str(task.path), settings, run_id=run_id, evaluate=evaluate)
+            summary = optimize(str(task.path), settings, run_id=run_id, **same)
         return outcome_from_summary(summary, minutes=(time.monotonic() - started) / 60.0)
 
     return optimise
@@ -285,10 +321,13 @@ def _summary(report: Any, entry: str) -> None:
         err_console.print(f"[yellow]skipped[/yellow] {path}: no such problem in the suite", soft_wrap=True)
 
 
-def _print_standings(store: Any, suite: str | None, track: str | None) -> bool:
+def _print_standings(store: Any, suite: str | None, track: str | None, *, entry: str | None = None,
+                     tracks: tuple[str, ...] = ()) -> bool:
+    """Each (suite, track)'s standings, then each entry's per-task table (status, speedup, why);
+    with `entry`, only its per-task tables, on `tracks` also where none of its verdicts was stored."""
     from rich.table import Table
 
-    from agentforge.leaderboard.board import standings
+    from agentforge.leaderboard.board import standing, standings
     from agentforge.leaderboard.report import COLUMNS, table_rows
 
     found = standings(store, suite=suite, track=track)
@@ -303,4 +342,39 @@ def _print_standings(store: Any, suite: str | None, track: str | None) -> bool:
         for row in table_rows(group):
             table.add_row(*row)
         console.print(table)
+    per_task = [s for s in found if entry is None or s.entry == entry]
+    if entry is not None and suite is not None:
+        shown = {s.track for s in per_task}
+        per_task += [standing(store, entry, suite, t) for t in tracks if t not in shown]
+    for s in per_task:
+        _print_task_table(s)
     return bool(found)
+
+
+def _print_task_table(s: Any) -> None:
+    from rich.table import Table
+
+    from agentforge.leaderboard.report import TASK_COLUMNS, task_table_rows
+
+    table = Table(title=f"{s.entry} on {s.suite} — {s.track}: per task")
+    for key, title in TASK_COLUMNS:
+        table.add_column(title, justify="right" if key == "speedup" else "left", no_wrap=key != "reason",
+                         overflow="fold")
+    for row in task_table_rows(s.rows):
+        table.add_row(*row)
+    console.print(table)
+
+
+def _exit_if_all_failed(store: Any, entry: str, suite: str, tracks: tuple[str, ...]) -> None:
+    """Exit 2 when no task of the suite got an accepted kernel on any track, with each task's
+    reason (on the first track) on its own line."""
+    from agentforge.leaderboard.board import standing
+
+    boards = [standing(store, entry, suite, t) for t in tracks]
+    if not boards or any(row.accepted for b in boards for row in b.rows):
+        return
+    say_error(f"no task of suite {suite} got an accepted kernel ({entry}); why, per task:")
+    for row in boards[0].rows:
+        err_console.print(f"  {row.task}: {row.status}: {row.reason}", markup=False, highlight=False,
+                          soft_wrap=True)
+    raise typer.Exit(EXIT_ALL_FAILED)

@@ -73,3 +73,51 @@ def test_an_interrupted_task_resumes_its_loop(fake_loop: list, tiny_tasks: Path,
     calls = sorted(fake_loop, key=str)
     assert (None, stale.name) in [(ref, resume) for ref, resume, _ in calls]  # resumed, not restarted
     assert [ref.endswith("2_Scale.py") for ref, resume, _ in calls if resume is None] == [True]
+
+
+def test_run_takes_optimizes_flags(monkeypatch: pytest.MonkeyPatch, tiny_tasks: Path, tmp_path: Path) -> None:
+    """Issue 30: --max-rounds, --backend, --shape, --quick and --out, as on `agentforge optimize`."""
+    import agentforge.agent.run as agent_run
+    import agentforge.leaderboard.executors as executors
+
+    seen: list[dict] = []
+
+    def optimize(task_ref, settings, *, run_id=None, **kwargs):
+        seen.append({"rounds": settings.agent.max_rounds, "runs_dir": settings.runs_dir,
+                     "backend": settings.eval.backend, **kwargs})
+        run_dir = Path(settings.runs_dir) / run_id
+        run_dir.mkdir(parents=True)
+        return SimpleNamespace(run_id=run_id, run_dir=str(run_dir), status="finished", rounds=1,
+                               stop_reason="max_rounds", provider="library", outputs={}, usage={})
+
+    executor = FakeExecutor()
+    monkeypatch.setattr(agent_run, "optimize", optimize)
+    monkeypatch.setattr(executors, "make_executor", lambda *a, **k: executor)
+    out = CliRunner().invoke(app, [
+        "leaderboard", "run", "--suite", "level1", "--results-url", f"sqlite:///{tmp_path / 'lb.db'}", "--no-progress",
+        "--max-rounds", "2", "--backend", "cpu", "--shape", "default", "--quick", "--out", str(tmp_path / "mine")],
+        env={"AGENTFORGE_TASKS_ROOT": str(tiny_tasks)})
+    assert len(seen) == 2
+    for call in seen:
+        assert (call["rounds"], call["runs_dir"], call["backend"], call["shapes"]) == (
+            2, str(tmp_path / "mine"), "cpu", ("default",))
+        assert call["timing"].max_reps == 40 and call["compile_modes"] == ("default",)
+    # No loop kept a kernel: nothing ranked, exit 2, and each task's reason said.
+    assert out.exit_code == 2, out.output
+    assert "no task of suite tasks:level1 got an accepted kernel" in out.output
+    for task in ("level1/1_ReLU", "level1/2_Scale"):
+        assert f"{task}: no kernel: its loop kept no correct kernel in 1 round (max_rounds)" in out.output
+
+
+def test_the_flags_read_as_on_optimize() -> None:
+    import typer
+
+    root = typer.main.get_command(app)
+    run, optimize = root.commands["leaderboard"].commands["run"], root.commands["optimize"]
+
+    def helps(command) -> dict[str, str]:
+        return {p.opts[0]: p.help for p in command.params if p.opts}
+
+    ours, theirs = helps(run), helps(optimize)
+    for flag in ("--max-rounds", "--backend", "--shape", "--quick", "--out"):
+        assert ours[flag] == theirs[flag], flag
