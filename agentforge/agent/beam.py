@@ -75,6 +75,19 @@ def speed_key(kernel: KernelRef) -> float:
     return 1.0 / float(us) if us else 0.0
 
 
+def beats(new: KernelRef, old: KernelRef) -> bool:
+    """Whether `new` is faster than `old` beyond the noise: with speedup intervals on both sides,
+    new's interval must lie wholly above old's (`speedup_interval.clears`); without, the points
+    decide (`speed_key`)."""
+    from agentforge.evaluator.speedup_interval import clears
+
+    if new.get("speedup") is not None and old.get("speedup") is not None:
+        new_ci, old_ci = new.get("speedup_ci"), old.get("speedup_ci")
+        return clears(tuple(new_ci) if new_ci else None, tuple(old_ci) if old_ci else None,  # type: ignore[arg-type]
+                      float(new["speedup"]), float(old["speedup"]))  # type: ignore[arg-type]
+    return speed_key(new) > speed_key(old)
+
+
 def rank(kernels: Sequence[KernelRef]) -> list[KernelRef]:
     """Accepted kernels, fastest first, one per code hash."""
     seen: set[str] = set()

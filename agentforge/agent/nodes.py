@@ -13,6 +13,7 @@ from langgraph.types import interrupt
 
 from agentforge.agent import prompts
 from agentforge.agent.artifacts import ArtifactStore
+from agentforge.agent.beam import beats
 from agentforge.agent.budget import stop_reason
 from agentforge.agent.feedback import describe_result
 from agentforge.agent.schemas import (
@@ -359,6 +360,7 @@ def _figures(result: EvalResult) -> dict[str, Any]:
     roof = result.roofline
     return {
         "status": result.status.value, "accepted": result.accepted, "speedup": result.speedup,
+        "speedup_ci": list(result.speedup_ci) if result.speedup_ci is not None else None,
         "speedup_vs_compile": result.speedup_vs_compile, "candidate_us": result.candidate_us,
         "eager_us": result.eager_us, "compile_us": result.compile_us,
         "sol_fraction": roof.sol_fraction if roof is not None and result.accepted else None,
@@ -367,8 +369,9 @@ def _figures(result: EvalResult) -> dict[str, Any]:
 
 
 def _better(new: KernelRef, old: KernelRef) -> bool:
+    """A new best only beyond the noise: its speedup interval clears the best's (`beam.beats`)."""
     if new.get("speedup") is not None and old.get("speedup") is not None:
-        return new["speedup"] > old["speedup"]  # type: ignore[operator]
+        return beats(new, old)
     return (new.get("candidate_us") or float("inf")) < (old.get("candidate_us") or float("inf"))
 
 

@@ -260,9 +260,8 @@ def _summary(run_dir: Path, meta: dict[str, Any], state: dict[str, Any], status:
         status = "task_error"
     notice = None
     if meta["provider"] == "library":
-        notice = ("no LLM key is configured, so the offline `library` provider proposed the shipped "
-                  "reference kernel and its tunable variants (one per round, so --candidates was 1); see "
-                  "docs/optimize.md to use a real model")
+        notice = ("the offline `library` provider, not an LLM, proposed the shipped reference kernel and its "
+                  "tunable variants (one per round, so --candidates was 1); see docs/optimize.md to use a real model")
     best_measurement = _best_measurement(store, state.get("best"))
     return RunSummary(
         best_measurement=best_measurement,

@@ -20,7 +20,7 @@ from typing import Annotated, Any, TypedDict
 
 from agentforge.agent import nodes
 from agentforge.agent.batch_eval import BatchTimes, evaluate_batch
-from agentforge.agent.beam import ROOT, BeamEntry, allocate, rank, speed_key, strategy
+from agentforge.agent.beam import ROOT, BeamEntry, allocate, beats, rank, speed_key, strategy
 from agentforge.agent.nodes import MIN_GAIN, Deps
 from agentforge.agent.schemas import RepairVerdict, verdict_to_dict
 from agentforge.agent.state import KernelRef, Pending, RoundRecord, add_usage
@@ -155,7 +155,7 @@ def keep_best(state: SearchState, deps: Deps) -> dict[str, Any]:
     carried = [e["base"] for e in beam if e.get("mode") == "optimise" and e.get("base")]
     fresh = [p["kernel"] for p in proposals if p.get("kernel") and p["kernel"].get("accepted")]
     ranked = rank([*carried, *fresh])
-    improved = bool(ranked) and (best is None or speed_key(ranked[0]) > speed_key(best))
+    improved = bool(ranked) and (best is None or beats(ranked[0], best))  # beyond the noise
     gain = improved and (best is None or speed_key(ranked[0]) > speed_key(best) * (1 + MIN_GAIN))
     best = ranked[0] if improved else best
     kept = {k["code_hash"] for k in ranked[:width]}

@@ -17,6 +17,7 @@ class KernelRef(TypedDict, total=False):
     status: str
     accepted: bool
     speedup: float | None  # eager / candidate
+    speedup_ci: list[float] | None  # its 95 % interval [lo, hi] (speedup_interval), when timed
     speedup_vs_compile: float | None
     candidate_us: float | None
     eager_us: float | None

@@ -120,7 +120,7 @@ def optimize_command(
     if summary.status == "task_error":
         say_error(f"{summary.stop_reason}")
         raise typer.Exit(2)
-    if summary.best is None and summary.status == "finished":
+    if _no_kernel_error(summary):
         say_error(f"no correct kernel was found in {summary.rounds} rounds ({summary.stop_reason}); what each "
                   f"round got is in {summary.outputs.get('report')}")
         raise typer.Exit(EXIT_NO_KERNEL)
@@ -129,6 +129,11 @@ def optimize_command(
 EXIT_PROVIDER_FAILED = 3
 EXIT_NO_KERNEL = 5  # the run ended (a budget) without one correct kernel
 _PROVIDER_FAILED = "provider failed: "  # the agent's stop reason when the coder call failed for good
+
+
+def _no_kernel_error(summary: Any) -> bool:
+    """The run ended on a budget with no correct kernel: exit 5, said by one error line."""
+    return (summary.best is None and summary.status == "finished" and not _provider_failure(summary))
 
 
 def _provider_failure(summary: Any) -> str | None:
@@ -171,39 +176,40 @@ def _ask(payload: dict[str, Any]) -> bool:
 
 
 class _LiveView:
-    """A rich live table: round, mode, what is in flight and for how long (a model call, an
-    evaluation) or the last finished stage, the run's elapsed time, best speedups, tokens and
-    dollars so far. Retries of a model call are printed above it, one line each."""
+    """On a terminal, a rich live table: round, mode, what is in flight and for how long (a model
+    call, an evaluation) or the last finished stage, the run's elapsed time, best speedups, tokens
+    and dollars so far. Off a terminal (a pipe, a log file), plain lines instead, each ended and
+    flushed as it happens: every model call started and answered, every evaluation started, every
+    finished round; a log shows progress during a long call, and nothing is left without a newline
+    for an error to be glued to. Retries of a model call are printed as they happen, one line each."""
 
     def __init__(self, enabled: bool, runs_dir: str = "runs"):
         self.enabled = enabled
         self.runs_dir = runs_dir
         self.live: Any = None
+        self.plain = False  # printing plain lines: enabled, and stdout is not a terminal
         self.last: dict[str, Any] = {}
         self.started = time.monotonic()
         self.now: tuple[str, float] | None = None  # what is in flight, since when
+        self.calls: list[tuple[str, float]] = []  # model calls in flight (several in a search round)
 
     def __enter__(self) -> _LiveView:
-        if self.enabled:
+        if self.enabled and console.is_terminal:
             from rich.live import Live
 
             # get_renderable: each refresh redraws the table, so the clocks tick during a long call.
             self.live = Live(get_renderable=self._table, console=console, refresh_per_second=4, transient=False)
             self.live.__enter__()
+        self.plain = self.enabled and self.live is None
         return self
 
     def activity(self, what: str) -> None:
         """Something started (a model call, an evaluation): shown with its own clock until a step ends."""
         self.now = (what, time.monotonic())
-
-    def note(self, line: str) -> None:
-        """What the preflight decided (a derived CPU shape, what runs without a GPU): one line, kept."""
-        if self.live is not None:
-            from rich.markup import escape
-
-            self.live.console.print(f"note: {escape(line)}", style="yellow")
-        else:
-            err_console.print(f"note: {line}", style="yellow", markup=False, highlight=False)
+        if what.startswith(_MODEL_CALL):
+            self.calls.append(self.now)
+        if self.plain:  # a terminal's table shows it with its clock
+            self._say(what)
 
     def retry(self, line: str) -> None:
         """A model call failed and will be retried: said at once, in one line, never silently."""
@@ -215,6 +221,15 @@ class _LiveView:
         else:
             err_console.print(line, style="yellow", markup=False, highlight=False)
 
+    def note(self, line: str) -> None:
+        """What the preflight decided (a derived CPU shape, what runs without a GPU): one line, kept."""
+        if self.live is not None:
+            from rich.markup import escape
+
+            self.live.console.print(f"note: {escape(line)}", style="yellow")
+        else:
+            err_console.print(f"note: {line}", style="yellow", markup=False, highlight=False)
+
     def __exit__(self, *exc: object) -> None:
         if self.live is not None:
             self.live.__exit__(*exc)
@@ -224,18 +239,41 @@ class _LiveView:
 
         if view.get("run_id") and view.get("run_id") != self.last.get("run_id"):
             errors.set_resume_hint(resume_command(view["run_id"], self.runs_dir))
+        self._answered(view)
         self.last = view
         self.now = None
-        if self.live is None:
-            return
-        from rich.markup import escape
-
         for record in view.get("records") or ([view["last"]] if view.get("last") else []):
             speed = f", {record['speedup']:.2f}x" if record.get("speedup") else ""
             node = f" {record['node']} <- {record.get('parent') or 'root'}" if record.get("node") else ""
-            self.live.console.print(escape(f"round {record['round']}{node} ({record['mode']}) {record['status']}"
-                                           f"{speed}: {record['outcome']}"))
-        self.live.update(self._table())
+            self._say(f"round {record['round']}{node} ({record['mode']}) {record['status']}{speed}: "
+                      f"{record['outcome']}")
+        if self.live is not None:
+            self.live.update(self._table())
+
+    def _answered(self, view: dict[str, Any]) -> None:
+        """A step ended: the model calls in flight were answered; off a terminal each gets its line,
+        the last one with the tokens and dollars the step added."""
+        calls, self.calls = self.calls, []
+        if not self.plain or not calls:
+            return
+        tokens = (f"{view.get('input_tokens', 0) - self.last.get('input_tokens', 0)}+"
+                  f"{view.get('output_tokens', 0) - self.last.get('output_tokens', 0)} tokens, "
+                  f"${view.get('cost_usd', 0.0) - self.last.get('cost_usd', 0.0):.4f}")
+        for i, (what, since) in enumerate(calls, 1):
+            who = what[len(_MODEL_CALL):].strip(" ()")
+            spent = f"after {_clock(time.monotonic() - since)}"
+            self._say(f"the model answered ({who}) {spent}" + (f": {tokens}" if i == len(calls) else ""))
+
+    def _say(self, line: str) -> None:
+        """One finished line: above the live table on a terminal, else printed and flushed at once."""
+        if self.live is not None:
+            from rich.markup import escape
+
+            self.live.console.print(escape(line))
+        elif self.plain:
+            console.print(f"{_clock(time.monotonic() - self.started)}  {line}", markup=False, highlight=False,
+                          soft_wrap=True)
+            console.file.flush()
 
     def _table(self) -> Any:
         from rich.table import Table
@@ -252,7 +290,6 @@ class _LiveView:
         )
         return table
 
-
     def doing(self) -> str:
         """What is in flight and for how long, else the last finished stage."""
         if self.now is not None:
@@ -260,6 +297,9 @@ class _LiveView:
             return f"{what}, {_clock(time.monotonic() - since)}"
         stage = self.last.get("stage")
         return f"{stage} done" if stage else "starting"
+
+
+_MODEL_CALL = "waiting for the model"  # how the loop says a model call started (agent/nodes.py)
 
 
 def _clock(seconds: float) -> str:
@@ -283,7 +323,7 @@ def _render_summary(summary: Any) -> None:
         console.print(f"best: round {best['round']} -> {summary.outputs.get('best_kernel')}", markup=False,
                       soft_wrap=True)
         console.print(best_headline(best, summary.best_measurement or {}), markup=False, soft_wrap=True)
-    else:
+    elif not _no_kernel_error(summary):  # else the error line below says so, with the rounds and the report
         console.print("no correct kernel was found")
     console.print(f"report: {summary.outputs.get('report')}; plot: {summary.outputs.get('plot')}", markup=False,
                   soft_wrap=True)
