@@ -105,3 +105,9 @@ def test_rows_cover_every_suite_task_in_order() -> None:
         ("a", "ok", True), ("b", "crash", False), ("c", "failed", False), ("d", "missing", False)]
     assert rows[0].speedup_ci == (1.8, 2.2) and rows[1].reason == "MemoryLimit: ..."
     assert rows[3].reason == "no evaluation stored for this task"
+
+
+def test_a_flagged_ok_verdict_reads_rejected() -> None:
+    flagged = SampleOutcome("a", False, status="ok", flagged=True, reason="integrity flag torch_fallback: x")
+    (row,) = task_rows(["a"], {"a": flagged}, {})
+    assert (row.status, row.accepted) == ("rejected", False)
