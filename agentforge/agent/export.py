@@ -293,6 +293,7 @@ class Module(torch.nn.Module):
     def __init__(self, *init_inputs: Any):
         super().__init__()
         self.kernel = _kernel.ModelNew(*init_inputs)
+        _prepare(self.kernel)
         self.slot = _register(self.kernel, init_inputs)
 
     def forward(self, *inputs: torch.Tensor) -> Any:
@@ -304,7 +305,16 @@ class Module(torch.nn.Module):
         own = self.kernel.state_dict()
         self.kernel.load_state_dict({k: v for k, v in model.state_dict().items()
                                      if k in own and own[k].shape == v.shape}, strict=False)
+        _prepare(self.kernel)
         return self
+
+
+def _prepare(kernel: Any) -> None:
+    """The kernel's `prepare_weights()`, if it has one (weights it prepacks or folds), called as the
+    evaluator called it: once the weights are in place."""
+    if callable(getattr(type(kernel), "prepare_weights", None)):
+        with torch.no_grad():
+            kernel.prepare_weights()
 
 
 def _output_structure() -> Any:
