@@ -79,7 +79,7 @@ class Worker:
     models: dict[str, Any] = field(default_factory=dict)
     buffers: dict[str, list[Any]] = field(default_factory=dict)
     recorder: prepack.WeightOpRecorder = field(default_factory=prepack.WeightOpRecorder)
-    weights: dict[str, frozenset[int]] = field(default_factory=dict)  # per model: its weights' storages
+    weights: dict[str, prepack.Spans] = field(default_factory=dict)  # per model: its weights' storages
     snapshot: TamperSnapshot | None = None
     watch: ConcurrencyWatch | None = None
     interpret: bool = False
@@ -231,7 +231,7 @@ class Worker:
         device_state.poison_free_memory(self.device)
         watch = ConcurrencyWatch.start()
         switches = precision_switches()
-        self.recorder.watch(self.weights.get(request["key"], frozenset()), inputs)
+        self.recorder.watch(self.weights.get(request["key"], prepack.Spans(())), inputs)
         with self._drive_step("forward"), torch.no_grad(), record_function(op_observer.WINDOW), self.recorder:
             out = model(*inputs)
         evidence += prepack.evidence(self.recorder.on_weights, where)

@@ -16,11 +16,12 @@ weight, or one scaled by a Python number read from an input, so the exemption is
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
 from agentforge.evaluator.guards import NON_COMPUTE_OPS, OpRecorder
-from torch.utils._pytree import tree_leaves
 
 HOOK = "prepare_weights"
 
@@ -36,12 +37,42 @@ def prepare(model: Any) -> None:
         getattr(model, HOOK)()
 
 
-def weight_storages(model: Any) -> frozenset[int]:
-    """The storages of `model`'s parameters and buffers (views of them share these)."""
+def weight_storages(model: Any) -> Spans:
+    """The byte spans of `model`'s parameters' and buffers' storages (views of them lie inside)."""
     if not isinstance(model, torch.nn.Module):
-        return frozenset()
-    tensors = [*model.parameters(), *model.buffers()]
-    return frozenset(t.untyped_storage().data_ptr() for t in tensors if t.numel())
+        return Spans(())
+    return Spans(t for t in [*model.parameters(), *model.buffers()])
+
+
+class Spans:
+    """Storage byte spans [start, end) of some tensors; `holds(t)`: whether t's data lies in one."""
+
+    def __init__(self, tensors: Iterable[torch.Tensor]) -> None:
+        spans = sorted({_span(t) for t in tensors if isinstance(t, torch.Tensor)} - {None})
+        self.starts = [start for start, _ in spans]
+        self.ends = [end for _, end in spans]
+
+    def __bool__(self) -> bool:
+        return bool(self.starts)
+
+    def holds(self, t: torch.Tensor) -> bool:
+        if not self.starts:
+            return False
+        try:
+            ptr = t.data_ptr()
+        except Exception:  # a tensor with no storage (a subclass, meta) is in no span
+            return False
+        i = bisect.bisect_right(self.starts, ptr) - 1
+        return i >= 0 and ptr < self.ends[i]
+
+
+def _span(t: torch.Tensor) -> tuple[int, int] | None:
+    try:
+        storage = t.untyped_storage()
+        start = storage.data_ptr()
+    except Exception:
+        return None
+    return (start, start + storage.nbytes()) if start and storage.nbytes() else None
 
 
 class WeightOpRecorder(OpRecorder):
@@ -50,30 +81,30 @@ class WeightOpRecorder(OpRecorder):
 
     def __init__(self) -> None:
         super().__init__()
-        self.weights: frozenset[int] = frozenset()
-        self.inputs: frozenset[int] = frozenset()
+        self.weights = Spans(())
+        self.inputs = Spans(())
         self.on_weights: dict[str, int] = {}
 
-    def watch(self, weights: frozenset[int], inputs: list[Any]) -> None:
+    def watch(self, weights: Spans, inputs: list[Any]) -> None:
         """Start a call: these weights, these inputs, no operator seen yet."""
-        self.weights, self.on_weights = weights, {}
-        self.inputs = frozenset(_storage(t) for t in inputs if isinstance(t, torch.Tensor))
+        self.weights, self.inputs, self.on_weights = weights, Spans(inputs), {}
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         name = func._schema.name
         if self.weights and name not in NON_COMPUTE_OPS:
-            tensors = [t for t in tree_leaves((args, kwargs or {})) if isinstance(t, torch.Tensor)]
-            storages = {_storage(t) for t in tensors}
-            if storages & self.weights and not storages & self.inputs:
+            tensors = list(_tensors(args, kwargs))
+            if any(self.weights.holds(t) for t in tensors) and not any(self.inputs.holds(t) for t in tensors):
                 self.on_weights[name] = self.on_weights.get(name, 0) + 1
         return super().__torch_dispatch__(func, types, args, kwargs)
 
 
-def _storage(t: torch.Tensor) -> int | None:
-    try:
-        return t.untyped_storage().data_ptr()
-    except Exception:  # a tensor with no storage (a subclass, meta) is no weight
-        return None
+def _tensors(args: Any, kwargs: Any) -> Iterator[torch.Tensor]:
+    """The tensor arguments of an aten call (one level of lists, as aten schemas nest them)."""
+    for value in (*args, *(kwargs or {}).values()):
+        if isinstance(value, torch.Tensor):
+            yield value
+        elif isinstance(value, list | tuple):
+            yield from (v for v in value if isinstance(v, torch.Tensor))
 
 
 def evidence(on_weights: dict[str, int], where: str) -> list[list[str]]:
