@@ -214,7 +214,7 @@ def _prepare(
     `shapes` and `quick` as `--shape` and `--quick` ask."""
     from agentforge.evaluator.result import TRACKS, Measure, TimingConfig
     from agentforge.leaderboard.executors import make_executor
-    from agentforge.leaderboard.runner import CPU_TRACK_NOTE, JobOptions, default_tracks
+    from agentforge.leaderboard.runner import CPU_TRACK_NOTE, JobOptions, default_tracks, unknown_shapes
     from agentforge.leaderboard.suites import SuiteError, load_holdout, load_suite
     from agentforge.sandbox.config import from_settings
     from agentforge.store import ResultsStore
@@ -232,6 +232,10 @@ def _prepare(
     except SuiteError as exc:
         say_error(str(exc))
         raise typer.Exit(2) from exc
+    wrong_shape = unknown_shapes(suite_obj, shapes)
+    if wrong_shape:
+        say_error(wrong_shape)
+        raise typer.Exit(2)
     device = settings.eval.device
     if device == "auto":
         import torch

@@ -93,6 +93,22 @@ def default_tracks(suite: Suite, on_cpu: bool) -> tuple[str, ...]:
     return TRACKS
 
 
+def unknown_shapes(suite: Suite, shapes: Sequence[str]) -> str | None:
+    """Why `--shape` cannot be checked on every task of the suite (the first task that lacks one
+    of them, and its shapes, read from its text), or None. A task whose SHAPES only running it
+    would tell is not judged here."""
+    for task in suite.tasks:
+        try:
+            known = declared_shape_names(task.path.read_text())
+        except (OSError, UnicodeDecodeError):
+            continue
+        missing = [s for s in shapes if known is not None and s not in known]
+        if missing:
+            return (f"task {task.name} has no shape {', '.join(repr(s) for s in missing)}; its shapes: "
+                    f"{', '.join(known or ())}. Name shapes every task of the suite has, or leave out --shape")
+    return None
+
+
 def job_key(entry: str, suite: str, track: str, task: str, sample: int, source: str) -> str:
     """The store key of one evaluation: the same candidate of the same entry, task and track is
     one job, whoever submits it and however often."""

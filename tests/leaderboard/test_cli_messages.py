@@ -78,3 +78,20 @@ def test_jobs_stored_by_a_concurrent_run_are_counted(tiny_tasks: Path, kernels: 
         report = eval_kernels(load_suite("tasks", tiny_tasks), kernels, store=store, entry="e", options=OPTIONS,
                               executor=_RacedExecutor(url, "e"))
     assert (report.planned, report.skipped, report.stored, report.stored_elsewhere) == (6, 0, 0, 6)
+
+
+def test_a_shape_some_task_lacks_is_refused_before_any_loop(tmp_path: Path) -> None:
+    """`leaderboard run --shape cpu` on a suite where a task has no such variant: one line naming
+    the task and its shapes, exit 2, and no run started (each loop would have failed on it)."""
+    root = tmp_path / "tasks" / "level1"
+    root.mkdir(parents=True)
+    (root / "relu.py").write_text('SHAPES = {"small": {"N": 4}, "cpu": {"N": 64}}\nN = 1 << 30\n')
+    (root / "scale.py").write_text('SHAPES = {"small": {"N": 4}}\nN = 1 << 30\n')
+    url = f"sqlite:///{tmp_path / 'b.db'}"
+    out = CliRunner().invoke(app, ["leaderboard", "run", "--suite", "level1", "--provider", "library", "--shape", "cpu",
+                                   "--results-url", url, "--out", str(tmp_path / "runs")],
+                             env={"AGENTFORGE_TASKS_ROOT": str(tmp_path / "tasks")})
+    assert out.exit_code == 2, out.output
+    assert ("error: task level1/scale has no shape 'cpu'; its shapes: default, small. Name shapes every task of "
+            "the suite has, or leave out --shape") in out.output
+    assert not (tmp_path / "runs").exists()
