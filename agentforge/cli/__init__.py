@@ -14,12 +14,17 @@ import sys
 
 import typer
 
+from agentforge.cli.help_format import HelpGroup
+
+# Help in click's plain layout, tidied for 80 columns (cli/help_format.py): no rich panels.
 app = typer.Typer(
     name="agentforge",
     help="Make GPU code faster with LLM agents, and prove it.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    cls=HelpGroup,
 )
 
 # In the order `--help` lists them.

@@ -29,6 +29,7 @@ import typer
 from typer.core import TyperCommand
 
 from agentforge.cli.common import console, err_console
+from agentforge.settings import describe
 
 if TYPE_CHECKING:
     from agentforge.evaluator.result import EvalResult
@@ -85,13 +86,15 @@ def eval_command(
     config: Annotated[str | None, typer.Option(help="settings file (default: agentforge.toml)")] = None,
     replay: Annotated[Path | None, typer.Option(
         help="an EvalResult JSON (from --json): rerun with the seeds it recorded, to reproduce it")] = None,
+    isolation: Annotated[str | None, typer.Option(help=describe("sandbox.isolation"))] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v",
                                           help="also print the seconds each stage took")] = False,
 ) -> None:
     """Build, check, time and profile CANDIDATE against TASK. Exit 0 when the candidate was
     evaluated and not rejected; 6 when it was rejected (the verdict says why); 2 when it could not
     be evaluated (usage, task error, memory)."""
-    flags = {"eval.track": track, "eval.backend": backend, "eval.device": device, "eval.profile": profile}
+    flags = {"eval.track": track, "eval.backend": backend, "eval.device": device, "eval.profile": profile,
+             "sandbox.isolation": isolation}
     with _stdout_reserved(as_json) as emit:
         try:
             seed = _replay_seed(replay) if replay is not None else None
