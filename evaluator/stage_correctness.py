@@ -42,7 +42,8 @@ _perf_counter = time.perf_counter  # bound before any candidate can patch `time`
 HIDDEN_MIN_BUDGET_S = 1.0  # hidden shapes may take this long, or half the declared shapes' checks
 HIDDEN_SHARE = 0.5
 STALE_SEED = 0  # the worker builds ModelNew under this seed before loading the reference's weights
-STALE_TRIES = 16  # weights tried one by one as the stale ones, after all of them at once
+STALE_TRIES = 16  # weights tried one by one as the stale ones, after all of them at once,
+STALE_BUDGET_S = 2.0  # while the tries have taken less than this (a failing candidate's verdict waits)
 
 
 @dataclass(frozen=True)
@@ -371,14 +372,17 @@ def _stale_weights(task: Task, shape: str, device: torch.device, judge: _Judge, 
     """A wrong first trial that is right once some weights hold the values `ModelNew(*init)` drew itself
     (the worker builds it under seed 0, as `Task.make_model(0)` builds the reference) computes from a
     copy made before the evaluator loaded the weights: say so, naming them, in the record and as
-    `stale_weights`. All such weights at once, then each alone (the first `STALE_TRIES`)."""
+    `stale_weights`. All such weights at once, then each alone (the first `STALE_TRIES`, within
+    `STALE_BUDGET_S`)."""
     try:
         own = task.make_model(STALE_SEED, shape, device).state_dict()
         names = [k for k, v in judge.hi.state_dict().items() if k in own and v.is_floating_point()
                  and own[k].shape == v.shape and not torch.equal(own[k].to(v.dtype), v)]
         tries = [names] + ([[k] for k in names[:STALE_TRIES]] if len(names) > 1 else [])
-        stale = next((group for group in tries if group and _right_with(judge, own, group, inputs, out, tol, task)),
-                     None)
+        started = _perf_counter()
+        stale = next((group for i, group in enumerate(tries) if group
+                      and (i == 0 or _perf_counter() - started < STALE_BUDGET_S)
+                      and _right_with(judge, own, group, inputs, out, tol, task)), None)
     except Exception:  # the task's own failure here is no diagnosis; the mismatch stands as it is
         return result
     if stale is None:
