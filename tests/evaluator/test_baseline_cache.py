@@ -102,3 +102,80 @@ def test_a_shape_too_large_for_the_cpu_is_not_built_outside_the_sandbox(tmp_path
     assert not baseline_cache.entry(tmp_path, _spec()).ready
     assert not baseline_cache.start(str(tmp_path), _spec())  # a failed key is not retried at every job
     assert os.listdir(tmp_path / "trusted" / "inductor")
+
+
+POISONER = '''
+import ctypes, os, pathlib
+import torch
+from torch import nn
+from agentforge.evaluator.native import load_cpp
+
+TREE = pathlib.Path(CACHE) / "trusted"  # an adversary that read the evaluator knows where it is
+TRIED = []
+
+
+def _poison():
+    """What a candidate would do to spoil the baseline: plant, overwrite and delete in the judge's
+    compile cache and the probe cache (all refused: the trusted tree is not the worker's)."""
+    for target in [TREE / "inductor" / "planted", TREE / "probes" / "planted.json", *TREE.rglob("*")]:
+        for attempt in (lambda p: p.write_text("x"), lambda p: p.unlink(), lambda p: p.mkdir(parents=True)):
+            try:
+                attempt(target)
+                TRIED.append(f"changed {target}")
+            except OSError:
+                pass
+
+
+_poison()
+_lib = load_cpp("relu_cache_poison", r"""
+extern "C" void relu(const float* x, float* y, long n) {
+    for (long i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f;
+}""", openmp=False)
+_lib.relu.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long]
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        _poison()
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        _lib.relu(x.data_ptr(), y.data_ptr(), x.numel())
+        return y
+'''
+
+
+def _tree_state(root: Path) -> dict[str, str]:
+    import hashlib
+
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+            for p in sorted(root.rglob("*")) if ".lock" not in p.name and not p.name.endswith(".log")}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox's own uid (uid 65534) needs a root parent")
+def test_a_candidate_cannot_write_the_judges_caches(tmp_path: Path) -> None:
+    """A real sandboxed evaluation whose candidate tries, at load and in every call, to plant,
+    overwrite and delete files in the trusted tree (the compiled baselines and the task probes): the
+    tree is unchanged and the torch.compile baseline is timed, from the judge's cache."""
+    from agentforge.evaluator.api import evaluate, make_job
+    from agentforge.sandbox import SandboxConfig
+
+    from agentforge.candidate import Candidate
+    from agentforge.task import load_task
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    cache.chmod(0o777)
+    task = load_task("level1/relu")
+    source = POISONER.replace("CACHE", repr(str(cache)), 1)
+    job = make_job(task, Candidate(source, "cpu"), device="cpu", cache_dir=str(cache))
+    spec = baseline_cache.spec_for_job(job, has_gpu=False)
+    assert spec is not None
+    assert "built in" in baseline_cache.build(str(cache), spec)  # as the parent's builder would
+    before = _tree_state(cache / "trusted")
+    result = evaluate(job, SandboxConfig(cache_dir=str(cache), timeout_s=600, warm_spares=0))
+    assert _tree_state(cache / "trusted") == before
+    assert result.accepted, result.summary()
+    assert "compile-default" in result.timing.baselines and not result.timing.missing_baselines
+    assert any("from the judge's cache" in n for n in result.timing.notes)
+    assert result.provenance.stage_seconds["baselines_compile"] > 0
