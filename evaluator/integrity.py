@@ -48,6 +48,10 @@ RULES: dict[str, str] = {
     "observer_tampering": "the candidate touches what observes it: the dispatcher's switches and mode stack, the "
                           "profiler, tracing and audit hooks",
     "observer_blocked": "the worker blinded the judge's native sampler of it (made its memory map unreadable)",
+    "refused_syscall": "the worker's seccomp filter killed it: a system call aimed at another process (signal, "
+                       "priority, affinity, ptrace, memory) or a new process where none may start",
+    "worker_unsealed": "the worker was not sealed before timing: a process of its own besides it was alive, or "
+                       "its seal filter is missing",
 }
 
 # Calls that reach PyTorch compute from Python (for the static view of torch_fallback).

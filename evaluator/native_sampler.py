@@ -86,6 +86,18 @@ def classify(path: str, own_roots: tuple[str, ...]) -> str:
     return "other"
 
 
+def _dumpable(pid: int) -> bool:
+    """Whether process `pid` is dumpable: the kernel gives a process that is not its /proc files
+    to root, whatever its own uid (read outside it; a process gone counts as dumpable)."""
+    try:
+        owner = os.stat(f"/proc/{pid}").st_uid
+        with open(f"/proc/{pid}/status") as f:
+            effective = next(int(line.split()[2]) for line in f if line.startswith("Uid:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return True
+    return owner == effective
+
+
 @dataclass
 class _Map:
     """The executable mappings of a process: sorted starts, ends and paths."""
@@ -99,6 +111,8 @@ class _Map:
         """None where the map may not be read (the process made itself not dumpable); an empty map
         where the process is gone."""
         try:
+            if not _dumpable(pid):  # a judge of another uid reads it anyway (CAP_SYS_PTRACE): still refused
+                return None
             with open(f"/proc/{pid}/maps") as f:
                 lines = f.read().splitlines()
         except PermissionError:

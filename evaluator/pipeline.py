@@ -37,7 +37,13 @@ from agentforge.evaluator import (
 from agentforge.evaluator.compile_only import missing_cuda_source
 from agentforge.evaluator.cuda_emulation import judge as cuda_emulated
 from agentforge.evaluator.guards import compute_ops
-from agentforge.evaluator.remote import CandidateRaised, WorkerBroken, WorkerClient, evidence_items
+from agentforge.evaluator.remote import (
+    CandidateRaised,
+    WorkerBroken,
+    WorkerClient,
+    evidence_items,
+    refused_syscall_evidence,
+)
 from agentforge.evaluator.result import (
     CompileRecord,
     CorrectnessConfig,
@@ -211,6 +217,10 @@ def _run(ctx: Context, worker: WorkerClient | None) -> EvalResult:
             return _emulated(ctx, task, client, shapes, static, settings)
         return _with_worker(ctx, task, client, shapes, static, settings, timing_cfg, interpret, compile_only)
     except WorkerBroken as exc:
+        if exc.signal == signal.SIGSYS:  # its seccomp filter killed it (`sandbox.seccomp`)
+            ctx.flags.append(integrity.flag("refused_syscall", refused_syscall_evidence(client, str(exc))))
+            return _finish(ctx, Status.INTEGRITY_FLAG, error=ErrorRecord(
+                type="RefusedSyscall", message=f"candidate worker {exc}", signal=exc.signal))
         if exc.signal is not None:  # the candidate's code crashed its process: a crash, with the signal
             return _finish(ctx, Status.CRASH, error=ErrorRecord(
                 type=_SIGNAL_TYPES.get(exc.signal, "Signal"), message=f"candidate worker {exc}", signal=exc.signal))
@@ -381,6 +391,7 @@ def _with_worker(ctx: Context, task: Task, client: WorkerClient, shapes: list[st
     _enter(ctx, Stage.TIMING, correctness=outcome.records)
     timing_shape = job.timing_shape if job.timing_shape in shapes else shapes[0]
     reference, candidate = outcome.models[timing_shape]
+    ctx.flags += [integrity.flag(rule, evidence) for rule, evidence in client.seal()]  # no new process from here
     timing_started = _perf_counter()
     try:
         with torch.no_grad():

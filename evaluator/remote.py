@@ -93,6 +93,7 @@ class WorkerClient:
         self.mapped_at_setup: set[str] | None = None
         self.landing_owner: object | None = None  # the RemoteModel whose landing arena the worker holds (one at a time)
         self.sampler: Any = None  # the judge's native sampler of this worker (`native_sampler`), told of each request
+        self.separation: dict[str, Any] = {}  # how the worker is kept apart (`setup`, `seal`), for the provenance
 
     @classmethod
     def spawn(cls, interpret: bool = False) -> WorkerClient:
@@ -106,6 +107,33 @@ class WorkerClient:
         if reply.get("ready") is not True:
             raise WorkerBroken("the worker did not confirm its setup")
         self.mapped_at_setup = mapped_libraries(self.pid)
+        said = reply.get("separation")
+        said = {k: str(v)[:300] for k, v in said.items() if isinstance(k, str)} if isinstance(said, dict) else {}
+        # What the worker said it did, then what the judge reads of it from outside (/proc).
+        self.separation = {**said, "worker_uid": uid_of(self.pid), "guard_seen": _seccomp_mode(self.pid) == 2}
+
+    def seal(self) -> list[tuple[str, str]]:
+        """Seal the worker before timing (no new process from now on, `sandbox.seccomp`), then
+        check from outside that every thread carries one more filter, and that no process of the
+        worker's besides it is alive: (rule, evidence) for what is wrong; empty when all holds or
+        the guard could not be installed at setup (then the provenance says so)."""
+        from agentforge.sandbox import seccomp
+
+        before = seccomp.filters_of(self.pid)
+        reply = self.request("seal")
+        after = seccomp.filters_of(self.pid)
+        self.separation["sealed"] = str(reply.get("sealed", "no answer"))[:300]
+        found = [("worker_unsealed", f"a process of the worker's alive when it was sealed: {h}")
+                 for h in worker_helpers(os.getpid(), self.pid)]
+        if self.separation.get("guard_seen") is not True:
+            return found
+        counted = all(t.filters >= 0 for t in after.values())
+        grown = bool(after) and all(t.mode == 2 and (not counted or t.filters > before.get(tid, t).filters
+                                                     or tid not in before) for tid, t in after.items())
+        if not grown:
+            found.append(("worker_unsealed", f"the seal filter is missing: the worker answered "
+                                             f"{self.separation['sealed']!r}, /proc shows {_filters_text(after)}"))
+        return found
 
     def libraries_since_setup(self) -> list[str]:
         """Shared objects mapped into the worker since its setup (before any candidate code), read by
@@ -196,6 +224,75 @@ class WorkerClient:
             os.waitpid(self.pid, 0)
         except (ProcessLookupError, ChildProcessError):
             pass
+
+
+def refused_syscall_evidence(client: WorkerClient, death: str) -> str:
+    """What the judge can say of a worker its seccomp filter killed. The kernel kills at once and
+    leaves no record the judge can read (no audit log in the sandbox), so the refused call is named
+    by the filters that were on: the guard's classes, and after the seal any new process too."""
+    from agentforge.sandbox import seccomp
+
+    sealed = client.separation.get("sealed") == "installed"
+    refused = "a system call aimed at another process (" + ", ".join(seccomp.GUARDED) + ")"
+    if sealed:
+        refused += " or a new process while sealed for timing (" + ", ".join(seccomp.SEALED) + ")"
+    return f"the worker {death.removeprefix('the worker ')}: its seccomp filter refused {refused}"
+
+
+def uid_of(pid: int) -> int | None:
+    """The real uid of process `pid`, from /proc, or None."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _seccomp_mode(pid: int) -> int | None:
+    from agentforge.sandbox import seccomp
+
+    modes = {t.mode for t in seccomp.filters_of(pid).values()}
+    return modes.pop() if len(modes) == 1 else None
+
+
+def _filters_text(threads: dict[int, Any]) -> str:
+    return ", ".join(f"thread {tid}: mode {t.mode}, {t.filters} filters" for tid, t in sorted(threads.items())[:8])
+
+
+def _process_table() -> dict[int, tuple[int, str, str]]:
+    """pid -> (parent pid, state, name) of every process this one can see."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                text = f.read()
+        except OSError:
+            continue
+        name = text[text.find("(") + 1:text.rfind(")")]
+        fields = text[text.rfind(")") + 2:].split()
+        table[int(entry)] = (int(fields[1]), fields[0], name[:40])
+    return table
+
+
+def worker_helpers(judge: int, worker: int) -> list[str]:
+    """Live processes (not zombies) below the judge other than the worker: whatever the worker
+    started and left running, orphans included (the judge is their subreaper, `child.main`).
+    Called where the judge itself has started nothing (before timing)."""
+    table = _process_table()
+    below: list[int] = []
+    frontier = [judge]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, (ppid, _, _) in table.items() if ppid == parent and pid not in below]
+        below += children
+        frontier += children
+    return [f"pid {pid} ({table[pid][2]}, state {table[pid][1]})" for pid in sorted(below)
+            if pid != worker and table[pid][1] not in ("Z", "X")]
 
 
 def _signal_name(signum: int) -> str:

@@ -18,6 +18,7 @@ import faulthandler
 import importlib
 import inspect
 import os
+import shutil
 import sys
 import threading
 import traceback
@@ -26,7 +27,7 @@ from typing import Any
 
 from agentforge.evaluator import native_evidence, stage_budget, triton_interpret
 from agentforge.evaluator.result import ErrorRecord, EvalJob, EvalResult, Stage, Status, to_plain
-from agentforge.sandbox import channel, limits, mounts
+from agentforge.sandbox import channel, isolation, limits, mounts
 from agentforge.sandbox.request import ChildRequest
 
 from agentforge.candidate import code_hash
@@ -101,6 +102,7 @@ def evaluate(request: ChildRequest, worker: Any = None) -> EvalResult:
             raise TypeError(f"entry {request.entry} returned {type(result).__name__}, not EvalResult")
         if takes_worker:
             result = _native_evidence(result, worker, job)
+            result = _separation(result, worker)
     except BaseException as exc:  # the verdict must be a value, whatever the job did
         result = _exception_result(job, exc)
     return _memory_verdict(result, request)
@@ -120,6 +122,27 @@ def _native_evidence(result: EvalResult, worker: Any, job: EvalJob) -> EvalResul
             return result
         settings = {**result.provenance.track_settings, "native_sampling": report}
         return dataclasses.replace(result, provenance=dataclasses.replace(result.provenance, track_settings=settings))
+
+
+def _separation(result: EvalResult, worker: Any) -> EvalResult:
+    """The verdict's provenance says how the judge and the worker were kept apart, and what the
+    operating system did not protect."""
+    if worker is None or result.provenance is None:
+        return result
+    report: dict[str, Any] = {"judge_uid": os.getuid(), "judge_capabilities": hex(limits.capabilities()),
+                              "judge_tmpdir": "private" if _JUDGE_TMP else "shared", **dict(worker.separation)}
+    open_to_worker = []
+    if report["worker_uid"] == report["judge_uid"]:
+        open_to_worker.append("same uid (not started as root): the judge is not dumpable (no ptrace, no /proc "
+                              "memory) and the seccomp guard refuses signals, priority, affinity and ptrace on "
+                              "others, but files of that uid (the judge's TMPDIR included) are the worker's too")
+    if report.get("seccomp") != "installed" or report.get("guard_seen") is not True:
+        open_to_worker.append(f"no seccomp guard ({report.get('seccomp', 'unknown')})")
+    if report.get("private_tmp") != "yes":
+        open_to_worker.append(f"/tmp and /dev/shm shared with the judge ({report.get('private_tmp', 'unknown')})")
+    report["not_protected"] = open_to_worker
+    settings = {**result.provenance.track_settings, "separation": report}
+    return dataclasses.replace(result, provenance=dataclasses.replace(result.provenance, track_settings=settings))
 
 
 def _one_visible_gpu(request: ChildRequest) -> ChildRequest:
@@ -214,16 +237,40 @@ def loopback_up() -> bool:
         return False
 
 
-def harden(request: ChildRequest) -> None:
+def harden(request: ChildRequest, judge: bool = False) -> None:
+    """`judge`: this process is the judge of a forked candidate worker, which drops to
+    `drop_to_uid`; the judge takes a uid of its own (with the few capabilities it needs over the
+    worker). Without a worker, the entry runs the job here, as the sandbox uid, with none."""
     if request.mounts:  # under `unshare`: still privileged in the new namespaces
         loopback_up()
         mounts.apply_mounts(request.mounts)
-    if request.drop_to_uid is not None:
+    if request.drop_to_uid is not None and judge:
+        limits.drop_privileges(isolation.judge_uid(request.drop_to_uid), keep=limits.JUDGE_CAPABILITIES)
+    elif request.drop_to_uid is not None:
         limits.drop_privileges(request.drop_to_uid)
     limits.no_new_privileges()
     limits.apply_limits(request.limits)
     os.chdir(request.workdir)
     os.umask(0o077)
+    if judge:
+        _private_tmpdir()
+
+
+_JUDGE_TMP: list[str] = []
+
+
+def _private_tmpdir() -> None:
+    """The judge's own scratch folder: a fresh 0700 folder in /tmp, which the worker (in a mount
+    namespace of its own with a fresh /tmp, and of another uid) can neither see nor enter. It is the
+    judge's TMPDIR, so every cache that defaults to the temporary folder (torch.compile's inductor
+    cache among them) is the judge's own; Triton's cache too, not the job's shared one."""
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix="agentforge-judge-", dir="/tmp")
+    os.environ["TMPDIR"] = path
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(path, "triton")
+    tempfile.tempdir = None  # computed again from TMPDIR
+    _JUDGE_TMP.append(path)
 
 
 def _open_channel(args: argparse.Namespace) -> tuple[bytes, Callable[[bytes], None]]:
@@ -272,6 +319,8 @@ def main(argv: list[str] | None = None) -> None:
     if not args.io_dir and (args.request_fd is None or args.result_fd is None):
         parser.error("give --request-fd and --result-fd, or --io-dir")
     _no_dumps()
+    with contextlib.suppress(OSError):
+        limits.child_subreaper()  # orphans of the worker's processes come here, where the judge sees them
     if args.preload and not args.interpret:
         import torch  # noqa: F401 - imported now, before the request: no CUDA is initialised by it
     worker = _start_worker(args.interpret) if args.worker else None
@@ -283,7 +332,7 @@ def main(argv: list[str] | None = None) -> None:
     request = ChildRequest.from_json(channel.decode_frame(data, nonce).decode())
     deliver = _Delivery(request, send, nonce)
     try:
-        harden(request)
+        harden(request, judge=worker is not None)
     except BaseException as exc:
         result = _exception_result(request.job, exc)
         result = dataclasses.replace(result, error=dataclasses.replace(result.error, type="SandboxError"))
@@ -316,6 +365,8 @@ class _Delivery:
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
+            for path in _JUDGE_TMP:  # in a sandbox's own /tmp it would go anyway; not under `none`
+                shutil.rmtree(path, ignore_errors=True)
             os._exit(0)
 
 

@@ -263,3 +263,13 @@ def _unshare(workdir: str, cache_dir: str, read: list[str], drop: int | None, py
     ops.append(MountOp("readonly-all"))
     desc = f"process+unshare(ro-root,no-net,pid-ns,{_uid_text(drop)},rlimits)"
     return IsolationPlan("unshare", tuple(argv), tuple(ops), drop, cache_dir, desc)
+
+
+JUDGE_UID = 65533
+
+
+def judge_uid(sandbox_uid: int) -> int:
+    """The judge's own uid when the sandbox starts as root: unprivileged and never the worker's
+    (`sandbox_uid`), so that the kernel keeps the worker's signals, priority, affinity, ptrace and
+    /proc writes off the judge."""
+    return JUDGE_UID if sandbox_uid != JUDGE_UID else JUDGE_UID - 1

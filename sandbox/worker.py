@@ -23,7 +23,7 @@ import sys
 from typing import Any
 
 from agentforge.evaluator.result import from_plain
-from agentforge.sandbox import limits, wire
+from agentforge.sandbox import limits, seccomp, wire
 from agentforge.sandbox.request import Limits
 
 
@@ -40,15 +40,23 @@ def _close_other_fds(keep: set[int]) -> None:
                 pass
 
 
-def _harden(setup: dict[str, Any]) -> None:
+def _harden(setup: dict[str, Any]) -> dict[str, str]:
+    """Harden this process before any candidate code; returns what it did, for the judge to check
+    (`separation`): a private /tmp and /dev/shm, its own uid, the seccomp guard."""
+    plain = setup.get("limits")
+    tmpfs_bytes = int(plain["file_size_bytes"]) if isinstance(plain, dict) else None
+    keep = tuple(str(setup[k]) for k in ("workdir", "cache_dir") if setup.get(k))
+    report = {"private_tmp": limits.private_tmp(tmpfs_bytes, keep)}  # while still privileged
     os.chdir(setup["workdir"])
     os.umask(0o077)
     if setup.get("drop_to_uid") is not None:
         limits.drop_privileges(int(setup["drop_to_uid"]))
         _dumpable()  # a change of uid clears it: the judge reads this process's map and samples it
     limits.no_new_privileges()
-    if setup.get("limits") is not None:
-        limits.apply_limits(from_plain(Limits, setup["limits"]))
+    if plain is not None:
+        limits.apply_limits(from_plain(Limits, plain))
+    report["seccomp"] = seccomp.guard()
+    return report
 
 
 def _configure(setup: dict[str, Any]) -> None:
@@ -87,12 +95,12 @@ def serve(sock: socket.socket) -> None:
     code = 0
     try:
         setup = wire.receive(sock)
-        _harden(setup)
+        hardened = _harden(setup)
         _configure(setup)
         from agentforge.evaluator.candidate_side import Worker, serve_request
 
         worker = Worker()
-        wire.send(sock, {"id": setup.get("id"), "ready": True, "pid": os.getpid()})
+        wire.send(sock, {"id": setup.get("id"), "ready": True, "pid": os.getpid(), "separation": hardened})
         # After hardening (it creates files, which must be the sandbox user's), while the judge
         # checks the task; the judge's next request waits in the socket meanwhile.
         _warm_observer()
@@ -100,7 +108,8 @@ def serve(sock: socket.socket) -> None:
             request = wire.receive(sock)
             if request.get("op") == "shutdown":
                 break
-            reply = serve_request(worker, request)
+            # The judge checks the seal from outside (/proc), whatever this reply says.
+            reply = seccomp.seal() if request.get("op") == "seal" else serve_request(worker, request)
             reply["id"] = request.get("id")
             try:
                 wire.send(sock, reply)

@@ -83,7 +83,7 @@ HOSTILE = {
     "kills_its_parent": (
         'import os, signal\nimport torch\nfrom torch import nn\n\nclass ModelNew(nn.Module):\n'
         '    def forward(self, x):\n        os.kill(os.getppid(), signal.SIGKILL)\n        return torch.relu(x)\n',
-        {Status.CRASH, Status.RUNTIME_ERROR}),
+        {Status.CRASH, Status.RUNTIME_ERROR, Status.INTEGRITY_FLAG}),  # the seccomp guard: refused_syscall
     # Never answers.
     "never_answers": (
         'import time\nimport torch\nfrom torch import nn\n\nclass ModelNew(nn.Module):\n'
