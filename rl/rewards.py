@@ -238,9 +238,11 @@ class Rewarder:
         )
 
     def measure(self, result: EvalResult, reference_speedup: float | None = None) -> Measured | None:
-        """Significance-gated speedups of an accepted result; None when it has no timing."""
+        """Significance-gated speedups of an accepted result; None when it has no timing, or when
+        its timing is overhead-bound (within 20x of the harness floor): such a pair claims no
+        speedup here, as in the verdict's headline, the CLI and the leaderboard."""
         timing = result.timing
-        speedup = result.speedup
+        speedup = result.headline_speedup
         if timing is None or speedup is None:
             return None
         cand = timing.candidate

@@ -307,3 +307,16 @@ def test_recorded_reference_matches_device_and_shape(tmp_path):
     assert recorded_reference("level2/fused", "cpu", "cpu", "cpu", "EPYC Y", root=tmp_path) is None  # other CPU
     assert recorded_reference("level2/fused", "cpu", "h100", "cpu", None, root=tmp_path) is None  # other device
     assert recorded_reference("level2/fused", "triton", "cpu", "cpu", None, root=tmp_path) is None
+
+
+def test_an_overhead_bound_pair_earns_no_speed_reward(make_result):
+    """One meaning of a speedup: a pair within 20x of the harness floor claims none in the reward,
+    as in the verdict's headline (a 147x 'speedup' of a content replay was such a pair)."""
+    from dataclasses import replace
+
+    rewarder = build_rewarder(RewardConfig(shaper="log_speedup"))
+    fast = make_result(candidate_us=1.0)
+    bound = replace(fast, timing=replace(fast.timing, overhead_bound=("candidate",)))
+    assert bound.speedup == pytest.approx(100.0) and bound.headline_speedup is None
+    assert rewarder.score(fast).reward == pytest.approx(2.0)
+    assert rewarder.score(bound).reward == pytest.approx(rewarder.score(make_result(candidate_us=100.0)).reward)
