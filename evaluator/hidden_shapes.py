@@ -13,7 +13,10 @@ size, stride, padding, dilation, group, axis or head count):
   2-4x the base's, rounded to the same shared factor, the other scaling sizes shrunk by as much
   between them, so that a hidden shape costs about what the base does. Without declared variants
   only the sizes that tile (multiples of `TILE_MIN`) grow, in multiples of their power of two up to
-  `TILE_MAX`.
+  `TILE_MAX`;
+- one **independent** shape: every size that tiles grown by its own factor in `INDEPENDENT_GROWTH`,
+  none shrunk, so no product of sizes stays what the base had (a GEMM that computed a fixed budget
+  of K x N, dropping the rest, passed every shape whose sizes traded off against each other).
 
 The draws come from the evaluation's secret base seed (recorded in the verdict's provenance once it
 is written, so a verdict can be replayed). A derived shape the reference cannot run (sizes that
@@ -40,6 +43,7 @@ from agentforge.task import Task, _device_memory
 
 MAX_LARGE = 3
 COST_FACTOR = 4.5  # a hidden shape's bytes (inputs, weights, outputs) over the base's
+INDEPENDENT_GROWTH = (1.15, 1.6)  # each size's own factor in the independent shape
 MEMORY_SHARE = 0.25  # of the free memory, for one call's bytes times the copies a check holds
 COPIES = 6  # inputs and outputs: the judge's, the worker's, the fp64 reference's (twice the bytes), eager's
 DRAWS = 4  # tries per derived shape before it is dropped
@@ -55,7 +59,7 @@ TILE_MAX = 16
 @dataclass(frozen=True)
 class HiddenShape:
     name: str
-    kind: str  # prime | large
+    kind: str  # prime | large | independent
     overrides: dict[str, Any]  # what the task's module globals are set to (the base's overrides included)
     changed: dict[str, int]  # the sizes that differ from the base
 
@@ -134,9 +138,15 @@ def plan(task: Task, base: str, seed: int, device: torch.device) -> HiddenPlan:
         shrink = (base_sizes[d] / value) ** (1 / len(others)) if others else 1.0
         return {d: value, **{o: _shrunk(base_sizes[o], steps[o], shrink) for o in others}}
 
+    def independent_draw() -> dict[str, int]:
+        low, high = INDEPENDENT_GROWTH
+        return {d: _near(rng, base_sizes[d], steps[d], low, high, prime=False) for d in large_dims}
+
     attempt("prime", prime_draw)
     for d in rng.sample(large_dims, min(MAX_LARGE, len(large_dims))):
         attempt("large", lambda d=d: large_draw(d))
+    if len(large_dims) > 1:
+        attempt("independent", independent_draw)
     return result
 
 

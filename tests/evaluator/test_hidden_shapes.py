@@ -84,11 +84,14 @@ def test_prime_and_large_shapes_from_the_base_and_the_seed() -> None:
     task = load_task("level1/relu")
     plan = hidden_shapes.plan(task, "cpu", seed=123, device=CPU)
     kinds = [s.kind for s in plan.shapes]
-    assert kinds[0] == "prime" and kinds.count("large") == 2, plan
+    assert kinds[0] == "prime" and kinds.count("large") == 2 and kinds[-1] == "independent", plan
     prime = plan.shapes[0].changed
     assert set(prime) == {"ROWS", "COLS"} and all(is_prime(v) and 1024 <= v <= 2048 for v in prime.values())
     base_bytes, _ = hidden_shapes._cost(task, "cpu")
-    for shape in plan.shapes[1:]:
+    independent = plan.shapes[-1].changed
+    # Every size grown by its own factor, none shrunk: no product of sizes is the base's.
+    assert set(independent) == {"ROWS", "COLS"} and all(1.15 * 2048 <= v <= 1.6 * 2048 for v in independent.values())
+    for shape in plan.shapes[1:-1]:
         grown = [d for d, v in shape.changed.items() if v > 2048]
         assert len(grown) == 1 and 2 * 2048 <= shape.changed[grown[0]] <= 4 * 2048, shape
         # The other size shrinks by as much: the shape costs what the base does.
@@ -156,7 +159,7 @@ def test_the_verdict_reports_hidden_shapes_and_why_none_ran(tmp_path: Path, monk
                                    measure=Measure(timing=False)))
     assert result.accepted and not result.flags, result.summary()
     hidden = result.provenance.track_settings["correctness"]["hidden_shapes"]
-    assert hidden["ran"] == 3 and not hidden["failed"] and len(hidden["passed"]) == 3, hidden
+    assert hidden["ran"] == 4 and not hidden["failed"] and len(hidden["passed"]) == 4, hidden
     assert {r.shape for r in result.correctness} >= set(hidden["passed"])
     # A task whose sizes are fixed inside get_inputs keeps working, and the verdict says why none ran.
     fixed = run_pipeline(make_job(Task("fixed", FIXED), Candidate(HONEST_RELU, backend="cpu"), device="cpu",
