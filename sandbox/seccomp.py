@@ -26,7 +26,6 @@ x86_64 included) is refused.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 import platform
@@ -186,6 +185,12 @@ def _epilogue(prog: _Program) -> None:
     prog.ret(RET_KILL_PROCESS)
 
 
+def _libc() -> ctypes.CDLL:
+    """The C library already in this process (no `find_library`: it starts a process, which the
+    seal forbids and costs tens of milliseconds)."""
+    return ctypes.CDLL(None, use_errno=True)
+
+
 class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
@@ -198,7 +203,7 @@ def unavailable_reason() -> str | None:
     machine = platform.machine()
     if machine not in _NR:
         return f"no seccomp filter for {machine} (x86_64 and aarch64 only)"
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc = _libc()
     action = ctypes.c_uint32(RET_KILL_PROCESS)
     if libc.syscall(ctypes.c_long(_SECCOMP[machine]), _GET_ACTION_AVAIL, 0, ctypes.byref(action)) != 0:
         return f"the kernel cannot kill a process from seccomp: {os.strerror(ctypes.get_errno())}"
@@ -210,7 +215,7 @@ def install(program: bytes) -> None:
     reason = unavailable_reason()
     if reason:
         raise SeccompUnavailable(reason)
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc = _libc()
     buffer = ctypes.create_string_buffer(program, len(program))
     fprog = _SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
     rc = libc.syscall(ctypes.c_long(_SECCOMP[platform.machine()]), _SET_MODE_FILTER, _FLAG_TSYNC,
