@@ -28,7 +28,7 @@ TORCH_CUDA_SPEC ?= torch==2.14.1
 CUDA_VENV_PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
 HAS_NVCC := $(shell command -v nvcc >/dev/null 2>&1 || test -x /usr/local/cuda/bin/nvcc && echo yes)
 
-.PHONY: setup system-deps test lint demo clean gpu-check cuda-venv
+.PHONY: setup system-deps test test-fast lint demo clean gpu-check cuda-venv
 
 $(VENV)/.installed: pyproject.toml setup.py
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -56,6 +56,15 @@ lint: setup
 
 test: setup system-deps lint $(if $(HAS_NVCC),cuda-venv)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# The inner loop: every module's unit tests, within 3 minutes on 2 cores. It leaves out what only
+# `make test` runs: tests that start a process (`process`: sandbox children, the CLI, compilers,
+# servers) or run long (`slow`), both listed in tests/tiers.txt, the `journey`s, the `cuda_build`
+# tests, and those that need a GPU, docker or PostgreSQL. --refuse-processes fails a test here that
+# starts a process without being listed, so the tier stays fast as tests are added.
+FAST_MARKERS ?= not slow and not process and not journey and not cuda_build and not gpu and not docker and not postgres
+test-fast: setup
+	$(VENV)/bin/pytest -m "$(FAST_MARKERS)" --refuse-processes $(PYTEST_ARGS)
 
 # Without a GPU the CPU's ceilings are measured first (about 6 s, on the one thread the evaluator
 # pins), so that the summary can say how close the best kernel came to the roofline.

@@ -1,11 +1,10 @@
-"""Fixtures for the loop's tests: the scripted loopback LLM server, a tiny CPU task, and a
-script keyed by (role, round) so that a resumed run gets the same answers as the first."""
+"""Fixtures for the loop's tests: a tiny CPU task, and a script keyed by (role, round) so that a
+resumed run gets the same answers as the first (the scripted loopback LLM server, `scripted`, is
+the root conftest's)."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -14,28 +13,14 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures import modules
+
 HERE = Path(__file__).resolve().parent
-
-
-def _load(name: str, path: Path) -> ModuleType:
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="session")
-def scripted() -> ModuleType:
-    return _load("agentforge_tests_scripted_server", HERE.parent / "llm" / "scripted_server.py")
 
 
 @pytest.fixture(scope="session")
 def kernels() -> ModuleType:
-    return _load("agentforge_tests_agent_kernels", HERE / "kernels.py")
+    return modules.load("agentforge_tests_agent_kernels", HERE / "kernels.py")
 
 
 @pytest.fixture

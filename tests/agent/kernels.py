@@ -6,52 +6,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-TASK = '''
-import torch
+from tests.fixtures import relu
 
-N = 1 << 16
-SHAPES = {"odd": {"N": 1000}}
-
-
-class Model(torch.nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-
-
-def get_inputs():
-    return [torch.randn(N)]
-
-
-def get_init_inputs():
-    return []
-'''
-
-_TEMPLATE = '''import ctypes
-
-import torch
-from agentforge.evaluator.native import load_cpp
-
-SOURCE = r"""
-{body}
-"""
-lib = load_cpp("{name}", SOURCE, extra_cflags={flags!r}, openmp=False)
-
-
-class ModelNew(torch.nn.Module):
-    def forward(self, x):
-        x = x.contiguous()
-        y = torch.empty_like(x)
-        lib.relu(ctypes.c_void_p(x.data_ptr()), ctypes.c_void_p(y.data_ptr()), ctypes.c_long(x.numel()))
-        return y
-'''
-
-_RELU = '''extern "C" void relu(const float* x, float* y, long n) {
-    for (long i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
-}'''
+TASK = relu.task(1 << 16, {"odd": {"N": 1000}})
+_RELU = relu.RELU_LOOP
 
 
 def kernel(name: str, body: str = _RELU, flags: tuple[str, ...] = ()) -> str:
-    return _TEMPLATE.format(name=name, body=body, flags=list(flags))
+    return relu.lean_candidate(name, body, flags)
 
 
 # A scalar loop built without optimisation: correct, and slow.

@@ -15,22 +15,9 @@ from agentforge.evaluator.result import ErrorRecord, EvalResult, Stage, Status
 
 from agentforge.agent.run import RunError, optimize
 from agentforge.settings import Settings
+from tests.fixtures import relu
 
-BROKEN_GET_INPUTS = '''
-import torch
-
-N = 1000
-
-class Model(torch.nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-
-def get_inputs():
-    raise RuntimeError("deliberately broken get_inputs")
-
-def get_init_inputs():
-    return []
-'''
+BROKEN_GET_INPUTS = relu.broken_get_inputs(1000)
 
 FAILS_AT_IMPORT = '''
 import torch

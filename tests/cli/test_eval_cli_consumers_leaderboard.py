@@ -7,9 +7,6 @@ raises at import, which planning must not import either."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -28,46 +25,14 @@ from agentforge.leaderboard.executors import make_executor
 from agentforge.leaderboard.runner import JobOptions, eval_kernels
 from agentforge.leaderboard.suites import load_suite
 from agentforge.store import ResultsStore
+from tests.fixtures import relu
 from tests.fixtures.sandbox import quiet
 
-GOOD_TASK = '''
-import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-
-N = 64
-
-def get_inputs():
-    return [torch.randn(N)]
-
-def get_init_inputs():
-    return []
-'''
+GOOD_TASK = relu.task(64)
 
 RAISES_AT_IMPORT = 'import torch\nraise RuntimeError("this task is broken at import")\n'
 
-LEAN_RELU = '''
-import ctypes
-import torch
-import torch.nn as nn
-from agentforge.evaluator.native import load_cpp
-
-_lib = load_cpp("relu_lean_lb", r"""
-extern "C" void relu(const float* x, float* y, long n) {
-    for (long i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f;
-}
-""")
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        x = x.contiguous()
-        y = torch.empty_like(x)
-        _lib.relu(ctypes.c_void_p(x.data_ptr()), ctypes.c_void_p(y.data_ptr()), ctypes.c_long(x.numel()))
-        return y
-'''
+LEAN_RELU = relu.lean_candidate("relu_lean_lb")
 
 
 @pytest.fixture
@@ -134,15 +99,6 @@ def test_a_task_error_skips_the_rest_of_that_task_and_is_not_scored(layout, stor
     again = eval_kernels(load_suite("tasks", tasks), kernels, store=store, entry="e", options=options,
                          executor=TaskErrorExecutor())
     assert again.skipped == 4 and list(again.task_errors) == ["level1/2_Broken"]
-
-
-@pytest.fixture
-def shared_cache() -> Iterator[str]:
-    """A build cache the sandbox child can write when the tests run as root (it drops to nobody)."""
-    path = tempfile.mkdtemp(prefix="agentforge-lb-taskerr-")
-    os.chmod(path, 0o777)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.mark.slow

@@ -9,34 +9,18 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures import relu
+
 CLI = [sys.executable, "-m", "agentforge"]
 
-BROKEN_GET_INPUTS = '''
-import torch
-import torch.nn as nn
-
-N = 256
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-
-def get_inputs():
-    raise RuntimeError("deliberately broken get_inputs")
-
-def get_init_inputs():
-    return []
-'''
+BROKEN_GET_INPUTS = relu.broken_get_inputs(256)
 
 # Correct on 'default' and 'small'; its reference raises on 'odd' only.
 REFERENCE_FAILS_ON_ODD = '''
@@ -69,13 +53,10 @@ class ModelNew(nn.Module):
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Iterator[dict[str, str]]:
-    cache = tempfile.mkdtemp(prefix="agentforge-evalcli-e2e-")
-    os.chmod(cache, 0o777)  # the sandbox child may run as nobody
+def env(tmp_path: Path, shared_cache: str) -> dict[str, str]:
     (tmp_path / "empty.toml").write_text("")
-    yield {**os.environ, "AGENTFORGE_CONFIG": str(tmp_path / "empty.toml"), "AGENTFORGE_CACHE_DIR": cache,
-           "AGENTFORGE_EVAL_PROFILE": "false"}
-    shutil.rmtree(cache, ignore_errors=True)
+    return {**os.environ, "AGENTFORGE_CONFIG": str(tmp_path / "empty.toml"), "AGENTFORGE_CACHE_DIR": shared_cache,
+            "AGENTFORGE_EVAL_PROFILE": "false"}
 
 
 def _eval(tmp_path: Path, env: dict[str, str], task_source: str, *extra: str) -> tuple[int, dict, str]:

@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -103,15 +100,6 @@ class ModelNew(nn.Module):
         _lib.relu(ctypes.c_void_p(x.data_ptr()), ctypes.c_void_p(y.data_ptr()), ctypes.c_long(x.numel()))
         return y
 '''
-
-
-@pytest.fixture
-def shared_cache() -> Iterator[str]:
-    """A build cache the sandbox child can write when the tests run as root (it drops to nobody)."""
-    path = tempfile.mkdtemp(prefix="agentforge-evalcli-cache-")
-    os.chmod(path, 0o777)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

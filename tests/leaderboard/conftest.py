@@ -6,22 +6,9 @@ from pathlib import Path
 
 import pytest
 
-RELU = '''
-import torch
-import torch.nn as nn
+from tests.fixtures import relu
 
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-
-N = 64
-
-def get_inputs():
-    return [torch.randn(N)]
-
-def get_init_inputs():
-    return []
-'''
+RELU = relu.task(64)
 
 SCALE = RELU.replace("torch.relu(x)", "x * 2.0")
 
@@ -36,25 +23,7 @@ class ModelNew(nn.Module):
 '''
 
 # A lean-form C++ answer (agentforge.evaluator.native.load_cpp, ~0.1 s to build).
-LEAN_RELU = '''
-import ctypes
-import torch
-import torch.nn as nn
-from agentforge.evaluator.native import load_cpp
-
-_lib = load_cpp("relu_lean", r"""
-extern "C" void relu(const float* x, float* y, long n) {
-    for (long i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f;
-}
-""")
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        x = x.contiguous()
-        y = torch.empty_like(x)
-        _lib.relu(ctypes.c_void_p(x.data_ptr()), ctypes.c_void_p(y.data_ptr()), ctypes.c_long(x.numel()))
-        return y
-'''
+LEAN_RELU = relu.lean_candidate("relu_lean")
 
 WRONG = FALLBACK.replace("torch.relu(x)", "x * 0.0")
 

@@ -3,10 +3,6 @@ real process sandbox and evaluator, both tracks, the SQLite store; then a resume
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,15 +12,6 @@ from agentforge.cli import app
 from agentforge.store import ResultsStore
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def shared_cache() -> Iterator[str]:
-    """A build cache the sandbox child can write when the tests run as root (it drops to nobody)."""
-    path = tempfile.mkdtemp(prefix="agentforge-lb-cache-")
-    os.chmod(path, 0o777)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def test_eval_cli_end_to_end(tiny_tasks: Path, kernels: Path, tmp_path: Path, shared_cache: str) -> None:

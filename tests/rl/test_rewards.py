@@ -15,6 +15,8 @@ from agentforge.rl.rewards import (
     build_rewarder,
 )
 
+from tests.fixtures import relu
+
 FAILURE = -1.0
 
 
@@ -223,21 +225,7 @@ def test_the_service_stops_evaluating_a_broken_task_and_says_why(make_result):
                                                        "get_inputs() raised RuntimeError"}
 
 
-BROKEN_GET_INPUTS = """
-import torch
-
-N = 256
-
-class Model(torch.nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-
-def get_inputs():
-    raise RuntimeError("deliberately broken get_inputs")
-
-def get_init_inputs():
-    return []
-"""
+BROKEN_GET_INPUTS = relu.broken_get_inputs(256)
 
 
 @pytest.mark.slow
