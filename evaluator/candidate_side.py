@@ -298,9 +298,30 @@ class Worker:
                 out = fn(*inputs)
                 device_us = closed_us = (_perf_counter_ns() - begin) / 1e3
         reply: dict[str, Any] = {"device_us": device_us, "closed_us": closed_us}
+        # Every timed call is held to a checked call's rules, after its window. The null call does
+        # the same checks, so that their cost is in both round trips the judge's clocks subtract.
+        reply["timed_rules"] = self._timed_rules(inputs, out)
         if request.get("want_output"):
             reply["output"] = self._outputs(out)
         return reply
+
+    def _timed_rules(self, inputs: list[Any], out: Any) -> list[list[str]]:
+        """What a timed call did that a checked one may not: an output sharing memory with an input,
+        an input changed (held against the judge's read-only arena, which still has what was sent)."""
+        found: list[list[str]] = []
+        tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+        storages = {t.untyped_storage().data_ptr() for t in tensors if t.numel()}
+        for o in flatten_tensors(out):
+            if isinstance(o, torch.Tensor) and o.numel() and o.untyped_storage().data_ptr() in storages:
+                found.append(["output_aliases_input", "a timed call returned an output that shares memory with "
+                              "its input"])
+                break
+        if self.in_arena is not None:
+            for index, (now, sent) in enumerate(zip(tensors, self.in_arena.read(), strict=False)):
+                if not torch.equal(now, sent.to(now.device)):
+                    found.append(["input_mutation", f"a timed call changed its input {index}"])
+                    break
+        return found
 
     def handle_device_profile(self, request: dict[str, Any]) -> dict[str, Any]:
         """A few more calls on the timing inputs under the device profiler (CUDA): `device_attribution`."""

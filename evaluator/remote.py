@@ -407,6 +407,9 @@ class RemoteModel:
         self.head_start = False  # TimingConfig.head_start: the worker queues it before its start event
         self.null_like: list[list[Any]] = []
         self._arena: Arena | None = None
+        # What timed calls did that a checked call may not (aliasing, input changes), as the worker
+        # reported it after each call's window: collected by the timing stage.
+        self.timed_evidence: list[tuple[str, str]] = []
         self._landing: Arena | None = None
         self._landing_sent = False
 
@@ -477,6 +480,8 @@ class RemoteModel:
             raise WorkerBroken("a timed call's reply carries no output")
         output = self._landed(reply["output"], copy=False) if want_output else None
         wall = (_perf_counter_ns() - begin) / 1e3
+        if key != "null":
+            self.timed_evidence += evidence_items(reply.get("timed_rules", []))
         cpu_end = cpu_ns(self.cpu_clock)
         cpu = (cpu_end - cpu_begin) / 1e3 if cpu_begin is not None and cpu_end is not None else None
         device_us, closed_us = _finite_us(reply, "device_us"), _finite_us(reply, "closed_us")

@@ -235,6 +235,10 @@ def mix_pool(buffers: list[Any], pool: list[list[Any]], secret: random.SystemRan
         buffer.mul_(scale)
 
 
+def cand_samples(run: timing.TimingRun) -> list[float]:
+    return run.subjects["candidate"].samples_us
+
+
 def _load_notes(device: torch.device) -> list[str]:
     """CPU timings on an oversubscribed machine measure the scheduler, not the kernels: say so.
     (PyTorch's intra-op thread pool suffers most: a 70 us op can take 25 ms to wake its threads.)"""
@@ -321,6 +325,9 @@ def measure(task: Task, shape: str, candidate: RemoteModel, reference: torch.nn.
     threads_after = thread_cpu_us(candidate.client.pid)
     process_after = cpu_ns(candidate.cpu_clock)
     evidence = [("timed_output_mismatch", f) for f in run.recheck_failures[:3]]
+    for rule in dict.fromkeys(r for r, _ in candidate.timed_evidence):  # each rule once, with its count
+        hits = [e for r, e in candidate.timed_evidence if r == rule]
+        evidence.append((rule, f"{hits[0]} ({len(hits)} of {len(cand_samples(run))} timed calls)"))
     cand = run.subjects["candidate"]
     threads = (cpu_threads or torch.get_num_threads()) if device.type == "cpu" else None
     clock = clock_disagreement(cand.samples_us, candidate.clock, threads)
