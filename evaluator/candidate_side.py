@@ -81,6 +81,7 @@ class Worker:
     recorder: prepack.WeightOpRecorder = field(default_factory=prepack.WeightOpRecorder)
     weights: dict[str, prepack.Spans] = field(default_factory=dict)  # per model: its weights' storages
     snapshot: TamperSnapshot | None = None
+    builds_at_load: int = 0  # native.BUILD_EVENTS made by the time the candidate's module loaded
     watch: ConcurrencyWatch | None = None
     interpret: bool = False
     emulated: bool = False  # CUDA kernels executed by the CPU emulation (cuda_emulation)
@@ -123,6 +124,7 @@ class Worker:
                                 request["arch"], module_name=request["module_name"])
         self.model_cls = loaded.model_cls
         findings = integrity.build_findings(native.BUILD_EVENTS)
+        self.builds_at_load = len(native.BUILD_EVENTS)
         if self.interpret and self.model_cls is not None:
             self.launches = triton_aot.capture()
             self.launch_log = self.launches.__enter__()
@@ -415,6 +417,10 @@ class Worker:
 
     def handle_finish(self, request: dict[str, Any]) -> dict[str, Any]:
         evidence: list[list[str]] = self._late_writes()
+        # Builds made after load (at the first call, say) are the candidate's like any other: their
+        # flags and sources as the compiler got them face the same rules as the builds at load.
+        late_builds = native.BUILD_EVENTS[self.builds_at_load:]
+        evidence += [[f.rule, f"after load: {f.evidence}"] for f in integrity.build_findings(late_builds)]
         observed = self._observed()
         if self.observer_broken:
             evidence.append(["monkey_patch", f"the operator observer was stopped or broken: {self.observer_broken}"])
