@@ -365,7 +365,19 @@ def _native_doors(text: str) -> list[tuple[str, str]]:
     api = _C_API_TEXT.search(text)
     if api:
         doors.append(("observer_tampering", f"the source calls the interpreter's C API ({api.group(0).rstrip('( ')})"))
+    internal = _TORCH_INTERNAL_TEXT.search(text)
+    if internal:
+        doors.append(("torch_fallback", f"the source calls torch's internal kernels ({internal.group(0)}), which "
+                      "dispatch no operator any observer sees"))
     return doors
+
+
+# torch's own kernels reached below the dispatcher: `at::native::` functions, their dispatch stubs
+# (`add_stub`, `DispatchStub`, `REGISTER_DISPATCH`) and the `at::_ops` / `at::cpu::` entry points
+# (`at::cuda::` is left alone: honest kernels ask it for the current stream).
+# A direct call dispatches no operator, and stayed under the native sampler's statistical floor.
+_TORCH_INTERNAL_TEXT = re.compile(r"\bat\s*::\s*(native|_ops|cpu)\s*::\s*\w+|\bDispatchStub\b|"
+                                  r"\bREGISTER_(ARCH_)?DISPATCH\b|\b\w+_stub\s*(\(|::)")
 
 
 def _patching(tree: ast.Module, aliases: dict[str, str] | None = None) -> list[StaticFinding]:
