@@ -87,10 +87,10 @@ def classify(path: str, own_roots: tuple[str, ...]) -> str:
 
 
 def _dumpable(pid: int) -> bool:
-    """Whether process `pid` is dumpable: the kernel gives a process that is not its /proc files
+    """Whether process `pid` is dumpable: the kernel gives a process that is not the files in its /proc folder
     to root, whatever its own uid (read outside it; a process gone counts as dumpable)."""
     try:
-        owner = os.stat(f"/proc/{pid}").st_uid
+        owner = os.stat(f"/proc/{pid}/maps").st_uid
         with open(f"/proc/{pid}/status") as f:
             effective = next(int(line.split()[2]) for line in f if line.startswith("Uid:"))
     except (OSError, StopIteration, ValueError, IndexError):
