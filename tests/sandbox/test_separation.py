@@ -1,0 +1,105 @@
+"""The judge and its candidate worker, kept apart by the operating system, in real sandboxed
+evaluations (the process backend, the real pipeline): the worker's own view of the judge from
+inside, what the verdict's provenance says, and an honest OpenMP candidate on two threads timed
+under the seal."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from agentforge.evaluator.api import evaluate, make_job
+from agentforge.evaluator.result import Measure, Status, TimingConfig
+from agentforge.sandbox import SandboxConfig, isolation
+
+from agentforge.candidate import Candidate
+from agentforge.task import Task
+
+EXPLOITS = Path(__file__).resolve().parents[1] / "exploits"
+RELU = Task("elementwise_relu", (EXPLOITS / "tasks" / "elementwise_relu.py").read_text())
+
+# The worker looks for the judge from inside and reports what it saw in the exception it raises.
+PROBE = r'''
+import json
+import os
+
+import torch
+from torch import nn
+
+
+def _try(action):
+    try:
+        return action()
+    except OSError as exc:
+        return f"error {exc.errno}"
+
+
+def _view():
+    judge = os.getppid()
+    with open(f"/proc/{judge}/status") as f:
+        judge_uid = next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
+    for cache in ("/tmp/torchinductor_nobody", "/tmp/torchinductor_root"):
+        with open(cache, "w") as f:  # a file where a directory of the judge's cache would go
+            f.write("planted")
+    return {"uid": os.getuid(), "judge_uid": judge_uid, "tmp": sorted(os.listdir("/tmp")),
+            "shm": sorted(os.listdir("/dev/shm")),
+            "judge_environ": _try(lambda: len(open(f"/proc/{judge}/environ").read())),
+            "judge_tmp": _try(lambda: os.listdir(f"/proc/{judge}/root/tmp")),
+            "judge_cwd": _try(lambda: os.listdir(f"/proc/{judge}/cwd"))}
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        raise RuntimeError("VIEW " + json.dumps(_view()))
+
+    def forward(self, x):
+        return torch.relu(x)
+'''
+
+
+def _config(tmp_path: Path) -> SandboxConfig:
+    return SandboxConfig(timeout_s=240, workdir_root=str(tmp_path / "work"), cache_dir=str(tmp_path / "cache"))
+
+
+needs_root_isolation = pytest.mark.skipif(
+    not isolation.is_root() or all(isolation.probe(m) for m in isolation.ISOLATING_MODES),
+    reason="the judge gets a uid of its own when the sandbox starts as root, with bwrap or unshare")
+
+
+@needs_root_isolation
+def test_the_worker_sees_nothing_of_the_judge(tmp_path: Path) -> None:
+    job = make_job(RELU, Candidate(PROBE, backend="cpu"), device="cpu", measure=Measure(timing=False))
+    result = evaluate(job, _config(tmp_path))
+    assert result.status == Status.RUNTIME_ERROR and result.error is not None, result.summary()
+    view = json.loads(result.error.message.split("VIEW ", 1)[1])
+    assert view["uid"] == 65534 and view["judge_uid"] == isolation.JUDGE_UID
+    assert view["judge_environ"] == "error 13" and view["judge_tmp"] == "error 13" and view["judge_cwd"] == "error 13"
+    assert not [name for name in view["tmp"] if name.startswith("agentforge-judge-")]
+    assert "torchinductor_nobody" in view["tmp"]  # planted in its own /tmp, which the judge never reads
+    separation = result.provenance.track_settings["separation"]
+    assert separation["judge_uid"] == isolation.JUDGE_UID and separation["worker_uid"] == 65534
+    assert separation["private_tmp"] == "yes" and separation["judge_tmpdir"] == "private"
+    assert separation["seccomp"] == "installed" and separation["guard_seen"] is True
+    assert separation["not_protected"] == []
+
+
+OPENMP_RELU = (EXPLOITS / "honest" / "relu_omp_guarded_cpp.py").read_text()
+
+
+@needs_root_isolation
+def test_an_honest_openmp_candidate_on_two_threads_is_timed_sealed(tmp_path: Path) -> None:
+    job = make_job(RELU, Candidate(OPENMP_RELU, backend="cpu"), device="cpu",
+                   measure=Measure(timing=True, baselines=("eager",)),
+                   timing=TimingConfig(warmup=3, min_reps=10, max_reps=20, time_cap_s=1.0))
+    result = evaluate(dataclasses.replace(job, cpu_threads=2), _config(tmp_path))
+    # Timed to the end under the seal, with its team of two: nothing the filters refused. (Whether the
+    # judge's native sampler reads a two-thread team's spin in torch's libgomp as torch is its own
+    # question: at load 8 it once did.)
+    assert result.timing is not None and result.correctness, result.summary()
+    assert all(r.passed for r in result.correctness), result.summary()
+    assert not {f.rule for f in result.flags} & {"refused_syscall", "worker_unsealed", "thread_oversubscription"}
+    separation = result.provenance.track_settings["separation"]
+    assert separation["sealed"] == "installed" and separation["not_protected"] == []
