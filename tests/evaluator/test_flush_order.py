@@ -45,7 +45,10 @@ class ModelNew(nn.Module):
 
 
 def test_the_inputs_are_copied_before_the_flush_of_every_timed_call(tmp_path: Path) -> None:
-    log = tmp_path / "events.json"
+    # In the build cache's folder: the worker's own /tmp is private (sandbox separation), the
+    # cache is bound back in.
+    (tmp_path / "cache").mkdir(exist_ok=True)
+    log = tmp_path / "cache" / "events.json"
     config = TimingConfig(warmup=1, min_reps=5, max_reps=5, flush_l2=True, recheck_fraction=0.0)
     time_in_worker(WATCHER.format(log=str(log)), tmp_path, config, "flush_order_candidate", seed=7)
     events = json.loads(log.read_text())
