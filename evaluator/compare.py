@@ -70,6 +70,12 @@ def compare(candidate: Any, reference: Any, task_dtype: torch.dtype, atol: float
         want = dtypes[i] if dtypes is not None and len(dtypes) == len(refs) else expected_dtype(r, task_dtype)
         if check_dtype and c.dtype != want:
             return Comparison(False, failed_check="dtype", message=f"output {i} is {c.dtype}, expected {want}")
+        found = _finite_errors(c.detach().cpu(), r.detach().cpu(), atol_i, rtol, i)
+        if found is not None:  # every value finite, the common case
+            worst_abs, worst_rel = max(worst_abs, found.max_abs_err or 0.0), max(worst_rel, found.max_rel_err or 0.0)
+            if not found.passed:
+                return Comparison(False, worst_abs, worst_rel, "allclose", found.message)
+            continue
         c64, r64 = c.detach().to("cpu", torch.float64), r.detach().to("cpu", torch.float64)
         ref_finite = torch.isfinite(r64)
         if bool((~torch.isfinite(c64) & ref_finite).any()):
@@ -93,6 +99,34 @@ def compare(candidate: Any, reference: Any, task_dtype: torch.dtype, atol: float
                                   f"output {i}: {bad} of {diff.numel()} elements outside atol={atol_i:.3g} "
                                   f"rtol={rtol:.3g} (max abs err {float(diff.max()):.3g})")
     return Comparison(True, worst_abs, worst_rel)
+
+
+FINITE_CHUNK = 1 << 16  # elements per block of the finite path: its float64 temporaries stay in cache
+
+
+def _finite_errors(c: torch.Tensor, r: torch.Tensor, atol: float, rtol: float, index: int) -> Comparison | None:
+    """`compare`'s errors and allclose test for one output, in float64, block by block (no
+    full-size float64 copies or masks: 0.7 s per 4M-element output before, on one thread); None
+    when a value of either side is not finite, for the general path to explain."""
+    cf, rf = c.reshape(-1), r.reshape(-1)
+    worst_abs = worst_rel = 0.0
+    bad = 0
+    for start in range(0, cf.numel(), FINITE_CHUNK):
+        c64 = cf[start:start + FINITE_CHUNK].to(torch.float64)
+        r64 = rf[start:start + FINITE_CHUNK].to(torch.float64)
+        if not (bool(torch.isfinite(c64).all()) and bool(torch.isfinite(r64).all())):
+            return None
+        # In place only on a converted copy: a float64 output's block is a view of the output itself.
+        diff = c64.sub_(r64).abs_() if cf.dtype != torch.float64 else torch.sub(c64, r64).abs_()
+        scale = r64.abs()
+        worst_abs = max(worst_abs, float(diff.max()))
+        worst_rel = max(worst_rel, float(torch.div(diff, scale.clamp_min(1e-12)).max()))
+        bad += int((diff > scale.mul_(rtol).add_(atol)).sum())  # beyond atol + rtol * |reference|
+    if not bad:
+        return Comparison(True, worst_abs, worst_rel)
+    return Comparison(False, worst_abs, worst_rel, "allclose",
+                      f"output {index}: {bad} of {cf.numel()} elements outside atol={atol:.3g} "
+                      f"rtol={rtol:.3g} (max abs err {worst_abs:.3g})")
 
 
 def same_result(first: Any, second: Any) -> bool:

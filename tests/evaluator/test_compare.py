@@ -137,3 +137,21 @@ def test_one_absolute_tolerance_per_output() -> None:
     assert not failed.passed and failed.message.startswith("output 0")
     with pytest.raises(ValueError, match="2 absolute tolerances for 1 outputs"):
         compare(cand32(1.0), ref64(1.0), torch.float32, atol=(1e-3, 1e-3), rtol=0.0)
+
+
+def test_the_blockwise_finite_path_agrees_with_the_general_one_and_leaves_outputs_alone() -> None:
+    """All-finite outputs are compared block by block in float64; a wrong element in a later block
+    is found and counted, a float64 output is not changed by being compared, and a NaN still goes
+    to the general path's explanation."""
+    from agentforge.evaluator.compare import FINITE_CHUNK
+
+    ref = torch.randn(3 * FINITE_CHUNK + 7, dtype=torch.float64)
+    out = ref.float()
+    out[2 * FINITE_CHUNK + 3] += 1.0
+    result = compare(out, ref, torch.float32, atol=1e-5, rtol=1e-5)
+    assert not result.passed and result.failed_check == "allclose" and "1 of" in result.message
+    assert result.max_abs_err == pytest.approx(1.0, rel=1e-5)
+    same = ref.clone()
+    assert compare(same, ref, torch.float64, atol=0.0, rtol=0.0).passed and torch.equal(same, ref)
+    out[5] = float("nan")
+    assert compare(out, ref, torch.float32, atol=1e-5, rtol=1e-5).failed_check == "nan"
