@@ -61,7 +61,9 @@ class TimingConfig:
     min_reps: int = 10
     max_reps: int = 200
     target_rel_stderr: float = 0.005  # stop once stderr / mean is under this
-    time_cap_s: float = 10.0  # per timed subject and shape
+    # per timed subject and shape; the loop stops earlier once the speedup's interval settles
+    # (target_ratio_width), and the verdict says when its interval is too wide to rank
+    time_cap_s: float = 5.0
     # Or stop once the speedup itself is known: the 95 % interval of the candidate's paired ratio to
     # every baseline (speedup_interval) spans at most this (hi / lo - 1). Noise that hits a whole
     # repetition cancels in the ratio, so on a busy machine it settles long before each subject's own

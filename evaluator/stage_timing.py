@@ -235,6 +235,32 @@ def mix_pool(buffers: list[Any], pool: list[list[Any]], secret: random.SystemRan
         buffer.mul_(scale)
 
 
+CROSSCHECK_SAMPLE = 4096  # elements of each output the per-repetition cross-check compares
+
+
+def secret_sample(output: Any, eager: Any, secret: random.SystemRandom) -> tuple[Any, Any]:
+    """The same CROSSCHECK_SAMPLE elements of each output tensor of both sides, at positions drawn
+    from `secret` now (after the call); the outputs as they are where their structure differs."""
+    from agentforge.task import flatten_tensors
+
+    mine, theirs = list(flatten_tensors(output)), list(flatten_tensors(eager))
+    if len(mine) != len(theirs) or any(not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor)
+                                       or a.shape != b.shape for a, b in zip(mine, theirs, strict=True)):
+        return output, eager  # compare says what is wrong
+    generator = torch.Generator()
+    generator.manual_seed(secret.randrange(2**62))
+    picked_mine, picked_theirs = [], []
+    for a, b in zip(mine, theirs, strict=True):
+        if a.numel() <= CROSSCHECK_SAMPLE:
+            picked_mine.append(a.reshape(-1))
+            picked_theirs.append(b.reshape(-1))
+            continue
+        index = torch.randint(0, a.numel(), (CROSSCHECK_SAMPLE,), generator=generator).to(a.device)
+        picked_mine.append(a.reshape(-1)[index])
+        picked_theirs.append(b.reshape(-1)[index])
+    return picked_mine, picked_theirs
+
+
 def cand_samples(run: timing.TimingRun) -> list[float]:
     return run.subjects["candidate"].samples_us
 
@@ -294,6 +320,9 @@ def measure(task: Task, shape: str, candidate: RemoteModel, reference: torch.nn.
     def crosscheck(rep: int, output: Any, eager: Any) -> str | None:
         # Against eager's output on the same buffers, at twice the tolerance (both sides carry their own
         # rounding): catches a skipped or stale call on every repetition, not just the re-checked ones.
+        # On CROSSCHECK_SAMPLE elements drawn in secret after the call (a stale or skipped output is
+        # wrong almost everywhere); the re-checked repetitions compare every element.
+        output, eager = secret_sample(output, eager, secret)
         result = compare(output, eager, task.dtype, atol=2 * tolerance[0], rtol=2 * tolerance[1], dtypes=dtypes)
         return None if result.passed else f"repetition {rep}, against eager: {result.message or result.failed_check}"
 

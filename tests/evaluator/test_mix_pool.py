@@ -37,3 +37,17 @@ def test_each_refill_is_a_fresh_mixture_never_a_multiple_of_a_pooled_entry() -> 
         assert any(torch.equal(buffers[1], entry[1]) for entry in pool)  # indices keep one entry's structure
         assert not any(torch.equal(x, s) for s in seen)
         seen.append(x)
+
+
+def test_the_cross_check_compares_the_same_secret_positions_on_both_sides() -> None:
+    from agentforge.evaluator.stage_timing import CROSSCHECK_SAMPLE, secret_sample
+
+    out = torch.arange(3 * CROSSCHECK_SAMPLE, dtype=torch.float32)
+    small = torch.arange(10, dtype=torch.float32)
+    mine, theirs = secret_sample((out, small), (out.clone() * 1.0, small.clone()), random.SystemRandom())
+    assert mine[0].numel() == CROSSCHECK_SAMPLE and torch.equal(mine[0], theirs[0])  # the same positions
+    assert torch.equal(mine[1], small)  # a small output is compared whole
+    again, _ = secret_sample((out, small), (out, small), random.SystemRandom())
+    assert not torch.equal(again[0], mine[0])  # drawn anew each time
+    odd = torch.zeros(5)
+    assert secret_sample(odd, small, random.SystemRandom()) == (odd, small)  # compare names the mismatch
