@@ -93,6 +93,9 @@ class SandboxSettings:
     prebuild_headers: bool = _sandbox("prebuild_headers", "precompile torch/extension.h in the background for "
                                       "load_inline candidates (once per flag set; later cold builds take ~7 s "
                                       "instead of ~33 s)")
+    prebuild_baselines: bool = _sandbox("prebuild_baselines", "compile the torch.compile baselines once per task, "
+                                        "shape and torch version, beside the job, in a process without candidate "
+                                        "code (later verdicts compile from that cache in seconds)")
     ray_address: str | None = _s(None, "Ray cluster address, or 'auto'")
     stage_budget: str = _s("", "each stage's share of timeout_s, e.g. 'build=0.6,correctness=0.2,timing=0.1,"
                            "profile=0.1' (groups left out keep their defaults: build 0.80, correctness 0.10, "

@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -47,6 +48,9 @@ WARMUP_SEED = 1234  # the builder's weights and inputs: their values do not ente
 # limit of MEMORY_LIMIT_BYTES; the judge then compiles for itself, under the sandbox's limits.
 CPU_MAX_ELEMENTS = 2**30
 MEMORY_LIMIT_BYTES = 16 * 2**30
+# A builder that runs longer than this (a task whose reference hangs or sleeps) gives up and marks
+# its key failed, so that later jobs compile for themselves inside their sandbox's limits.
+BUILD_TIMEOUT_S = 600
 
 
 @dataclass(frozen=True)
@@ -296,8 +300,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     spec = BaselineSpec.from_json(args.spec)
     build_cache.set_cache_root(args.cache)
+    signal.signal(signal.SIGALRM, _out_of_time)
+    signal.alarm(BUILD_TIMEOUT_S)
     print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {build(args.cache, spec)}", flush=True)
     return 0
+
+
+def _out_of_time(signum: int, frame: Any) -> None:
+    raise TimeoutError(f"the baseline builder ran past {BUILD_TIMEOUT_S} s")
 
 
 def describe(info: JudgeCache | None) -> dict[str, Any]:

@@ -64,6 +64,7 @@ class SandboxConfig:
     # once (agent.preflight) or must start every child cold says so.
     warm_spares: int = 1  # CPU-job children started ahead of their job (see sandbox/spares.py)
     prebuild_headers: bool = True  # the parent precompiles torch's extension header for load_inline candidates
+    prebuild_baselines: bool = True  # the parent compiles torch.compile baselines once per task and shape
     keep_workdir: bool = False  # leave the workdir (stdout, stderr, build files) after the run
     kill_grace_s: float = 2.0  # SIGTERM to SIGKILL of the process group at the end
     stage_shares: tuple[tuple[str, float], ...] = ()  # replace the jobs' StageBudget shares (stage_budget.py)
@@ -114,6 +115,7 @@ def from_settings(settings: SandboxSettings, cache_dir: str) -> SandboxConfig:
         kind=settings.kind,
         docker_image=settings.docker_image,
         prebuild_headers=bool(settings.prebuild_headers),
+        prebuild_baselines=bool(settings.prebuild_baselines),
         warm_spares=int(settings.warm_spares),
         stage_shares=tuple(parse_shares(settings.stage_budget).items()),
         extra=extra,

@@ -209,7 +209,7 @@ class ProcessBackend:
             workdir, plan, python = self._prepare(job_dir)
         if cfg.prebuild_headers and "load_inline" in job.candidate_source:
             header_prebuild.start(plan.cache_dir, job.candidate_source, python)
-        baseline = baseline_cache.spec_for_job(job, _has_cuda())
+        baseline = baseline_cache.spec_for_job(job, _has_cuda()) if cfg.prebuild_baselines else None
         if baseline is not None:  # compiled beside the job by a process that never sees the candidate
             baseline_cache.start(plan.cache_dir, baseline, python)
         # each stage's share of the wall clock
