@@ -10,7 +10,8 @@ Each side runs the same command in a fresh folder through its own CLI:
 with the default baselines (eager and torch.compile). "Warm" is the state a user is in at their
 second verdict: each side first runs the command once (not counted) into a build cache of its own,
 then the sides alternate, `--rounds` runs each, so that the machine's load moves both alike. The
-earlier tree is unpacked from git and imported through a package shim (`trust_split.unpack`).
+earlier tree is unpacked from git into a copy of this environment where it is installed instead
+(its sandbox children, started with that interpreter, import it too).
 Each row keeps the verdict's own duration, its stages' seconds where the side reports them, and the
 load average around it.
 
@@ -32,18 +33,37 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from trust_split import REPO, unpack
+from trust_split import REPO
 
 TASK = "level1/relu"
 CANDIDATE = REPO / "results" / "kernels" / "cpu" / "level1" / "relu" / "kernel.py"
 
 
-def run_once(label: str, shim: Path | None, cache: Path) -> dict:
+def base_environment(commit: str, into: Path) -> str:
+    """A copy of this virtual environment with `commit`'s tree installed in it (editable, offline);
+    its interpreter's path."""
+    import shutil
+    import tarfile
+
+    src, env = into / "src", into / "venv"
+    src.mkdir()
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", commit], check=True, capture_output=True).stdout
+    with tempfile.TemporaryFile() as fh:
+        fh.write(archive)
+        fh.seek(0)
+        with tarfile.open(fileobj=fh) as tar:
+            tar.extractall(src, filter="data")
+    shutil.copytree(sys.prefix, env, symlinks=True, copy_function=os.link)  # hard links: no copy of torch
+    python = str(env / "bin" / "python")
+    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", str(src)],
+                   check=True, capture_output=True)
+    return python
+
+
+def run_once(label: str, python: str, cache: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTFORGE_")}
     env["AGENTFORGE_CACHE_DIR"] = str(cache)
-    if shim is not None:
-        env["PYTHONPATH"] = str(shim)
-    argv = [sys.executable, "-m", "agentforge", "eval", TASK, str(CANDIDATE), "--backend", "cpu", "--json"]
+    argv = [python, "-m", "agentforge", "eval", TASK, str(CANDIDATE), "--backend", "cpu", "--json"]
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="af-verdict-") as cwd:
         started = time.perf_counter()
@@ -54,7 +74,10 @@ def run_once(label: str, shim: Path | None, cache: Path) -> dict:
     except (ValueError, IndexError):
         raise RuntimeError(f"{label}: no verdict (exit {done.returncode}):\n{done.stderr[-3000:]}") from None
     prov = verdict.get("provenance", {})
-    return {"side": label, "wall_s": round(wall, 2), "exit": done.returncode, "status": verdict.get("status"),
+    agentforge_from = subprocess.run([python, "-c", "import agentforge; print(agentforge.__file__)"],
+                                     capture_output=True, text=True).stdout.strip()
+    return {"side": label, "agentforge": agentforge_from, "wall_s": round(wall, 2), "exit": done.returncode,
+            "status": verdict.get("status"),
             "accepted": verdict.get("accepted"), "speedup": verdict.get("speedup"),
             "speedup_vs_compile": verdict.get("speedup_vs_compile"),
             "compile_baseline": "compile-default" in (verdict.get("timing") or {}).get("baselines", {}),
@@ -70,17 +93,18 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="af-base-") as tmp:
-        shim = unpack(args.base, Path(tmp))
+        Path(tmp).chmod(0o755)  # the sandbox's uid runs the base environment's interpreter
+        base_python = base_environment(args.base, Path(tmp))
         caches = {"base": Path(tmp) / "cache-base", "this": Path(tmp) / "cache-this"}
         for cache in caches.values():
             cache.mkdir()
             cache.chmod(0o777)
-        sides = [(f"base ({args.base})", shim, caches["base"]), ("this tree", None, caches["this"])]
-        for label, side_shim, cache in sides:  # warm-up: the user's first verdict, not counted
-            rows.append({**run_once(label, side_shim, cache), "warm_up": True})
+        sides = [(f"base ({args.base})", base_python, caches["base"]), ("this tree", sys.executable, caches["this"])]
+        for label, python, cache in sides:  # warm-up: the user's first verdict, not counted
+            rows.append({**run_once(label, python, cache), "warm_up": True})
         for _ in range(args.rounds):
-            for label, side_shim, cache in sides:
-                rows.append({**run_once(label, side_shim, cache), "warm_up": False})
+            for label, python, cache in sides:
+                rows.append({**run_once(label, python, cache), "warm_up": False})
     summary = {}
     for label, _, _ in sides:
         walls = [r["wall_s"] for r in rows if r["side"] == label and not r["warm_up"]]
