@@ -5,6 +5,7 @@ torch's flags first; a construct that needs a GPU keeps the verdict, a failed bu
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -106,6 +107,20 @@ BROKEN_BUILD = """            try:
                 note("fallback")"""
 
 
+@pytest.fixture
+def worker_visible() -> Iterator[Path]:
+    """A folder the candidate worker can write to: its /tmp is a private one (the sandbox's
+    separation), so a log under pytest's tmp_path would be written where the test cannot read it."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="agentforge-test-", dir="/var/tmp"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def spawned(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The worker processes the judge starts, counted."""
     started: list[int] = []
@@ -121,8 +136,8 @@ def spawned(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def test_one_worker_one_drive_builds_in_forward_once_for_nvcc_and_the_emulation(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    log = tmp_path / "steps.log"
+        worker_visible: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = worker_visible / "steps.log"
     started = spawned(monkeypatch)
     result = run_pipeline(job(LAZY.format(log=str(log), head="", build=GOOD_BUILD)))
     assert result.status == Status.OK and result.executed_on == "cpu-emulation", result.summary()
@@ -138,11 +153,11 @@ def test_one_worker_one_drive_builds_in_forward_once_for_nvcc_and_the_emulation(
 
 
 def test_a_caught_nvcc_failure_after_a_gpu_only_build_is_the_verdict_and_nothing_runs_on(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        worker_visible: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The module body builds a kernel with inline PTX (the emulation cannot run it: the drive goes
     on with a stand-in); forward's build behind `x.is_cuda` is still reached, fails in nvcc, and is
     caught by the candidate, which falls back to torch: compile_error, the drive ended at its call."""
-    log = tmp_path / "steps.log"
+    log = worker_visible / "steps.log"
     ptx = CUDA.replace("long i = ", 'unsigned l; asm volatile("mov.u32 %%0, %%%%laneid;" : "=r"(l));\n    long i = ')
     head = (f"_ptx = load_inline('relu_emulated', cpp_sources={json.dumps(CPP)},"
             f" cuda_sources={json.dumps(ptx % '0.f')}, functions=['relu'])")
