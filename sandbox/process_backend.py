@@ -109,10 +109,6 @@ class ProcessBackend:
         started, clock = verdict.now(), time.monotonic()
         warm = self._warm(job)
         spare = spares.take(self._spare_key()) if warm else None
-        if warm:
-            # The next job's child starts now, beside this job, so that a job coming straight after
-            # this one (a leaderboard's, an RL batch's) finds Python and torch started, not starting.
-            self.start_spare()
         if spare is not None:
             job_dir, claim = spare.job_dir, spare.claim
         else:
