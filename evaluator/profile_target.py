@@ -32,7 +32,7 @@ def main(job_path: str) -> int:
     """Profiled with the judge's and the worker's numeric switches (TF32 off among them): a fresh
     process starts with torch's defaults, under which cuDNN picks TF32 kernels for fp32
     convolutions, and the profile would show kernels other than the ones that were timed."""
-    from agentforge.sandbox.child import numeric_switches
+    from agentforge.evaluator.numerics import numeric_switches
 
     with numeric_switches(True):
         return _profiled(job_path)

@@ -22,10 +22,11 @@ import shutil
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from agentforge.evaluator import native_evidence, stage_budget, triton_interpret
+from agentforge.evaluator.numerics import numeric_switches
 from agentforge.evaluator.result import ErrorRecord, EvalJob, EvalResult, Stage, Status, to_plain
 from agentforge.sandbox import channel, isolation, limits, mounts
 from agentforge.sandbox.request import ChildRequest
@@ -33,33 +34,6 @@ from agentforge.sandbox.request import ChildRequest
 from agentforge.candidate import code_hash
 
 TRACEBACK_CHARS = 4000
-
-
-@contextlib.contextmanager
-def numeric_switches(enabled: bool) -> Iterator[None]:
-    """TF32 off and fp32 matmuls at highest precision on both sides of every comparison, cuDNN
-    neither autotuned nor forced deterministic (PyTorch's defaults: deterministic algorithms
-    slow eager convolutions, which would inflate every conv speedup); the previous values are
-    restored afterwards."""
-    if not enabled:
-        yield
-        return
-    import torch
-
-    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
-             torch.get_float32_matmul_precision(), torch.backends.cudnn.deterministic,
-             torch.backends.cudnn.benchmark)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
-    torch.backends.cudnn.deterministic = False
-    torch.backends.cudnn.benchmark = False
-    try:
-        yield
-    finally:
-        (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, precision,
-         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark) = saved
-        torch.set_float32_matmul_precision(precision)
 
 
 def load_entry(spec: str) -> Callable[[EvalJob], EvalResult]:
