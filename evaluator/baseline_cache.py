@@ -142,12 +142,13 @@ def start(cache_dir: str, spec: BaselineSpec, python: str = sys.executable) -> b
     with open(tree / LOG_NAME, "ab") as log:
         subprocess.Popen([python, "-m", "agentforge.evaluator.baseline_cache", "--cache", cache_dir,
                           "--spec", spec.to_json()],
-                         stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                         preexec_fn=_limit_memory if spec.device == "cpu" else None)
+                         stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     return True
 
 
 def _limit_memory() -> None:
+    """Set by the builder on itself, first thing: a `preexec_fn` would run Python between fork and
+    exec in a parent that has threads (a leaderboard's pool, pytest-xdist's), where it can deadlock."""
     import resource
 
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
@@ -299,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spec", required=True)
     args = parser.parse_args(argv)
     spec = BaselineSpec.from_json(args.spec)
+    if spec.device == "cpu":
+        _limit_memory()
     build_cache.set_cache_root(args.cache)
     signal.signal(signal.SIGALRM, _out_of_time)
     signal.alarm(BUILD_TIMEOUT_S)
