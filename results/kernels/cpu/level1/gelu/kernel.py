@@ -116,11 +116,11 @@ extern "C" void gelu_f32(const float* __restrict__ x, float* __restrict__ y, lon
         }
 #else
         #pragma omp simd
-        for (; i < end; ++i) {
-            float v = x[i];
+        for (long j = i; j < end; ++j) {  // OpenMP's simd needs the loop's own variable
+            float v = x[j];
             float half_erfc = 0.5f * erfc_pos(std::fabs(v) * 0.70710678118654752f);
             float phi = v >= 0.f ? 1.0f - half_erfc : half_erfc;
-            y[i] = v * phi;
+            y[j] = v * phi;
         }
 #endif
     }

@@ -87,9 +87,9 @@ extern "C" void silu_f32(const float* __restrict__ x, float* __restrict__ y, lon
         }
 #else
         #pragma omp simd
-        for (; i < end; ++i) {
-            float v = x[i];
-            y[i] = v / (1.0f + vexp(-v));
+        for (long j = i; j < end; ++j) {  // OpenMP's simd needs the loop's own variable
+            float v = x[j];
+            y[j] = v / (1.0f + vexp(-v));
         }
 #endif
     }
