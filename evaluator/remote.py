@@ -19,6 +19,7 @@ import os
 import signal
 import statistics
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,8 +86,10 @@ def mapped_libraries(pid: int) -> set[str] | None:
 class WorkerClient:
     """One worker process, one request at a time."""
 
-    def __init__(self, sock: Any, pid: int, proc: Any = None):
+    def __init__(self, sock: Any, pid: int, proc: Any = None, older: set[tuple[int, str]] | None = None):
         self.sock, self.pid, self.proc = sock, pid, proc
+        # processes below the judge from before the worker (the seal's check leaves them out)
+        self.older = older if older is not None else set()
         self._next_id = 0
         self.closed = False
         self.reaped = False
@@ -99,8 +102,9 @@ class WorkerClient:
     def spawn(cls, interpret: bool = False) -> WorkerClient:
         from agentforge.sandbox.worker import spawn_worker
 
+        older = processes_below(os.getpid())
         proc, sock = spawn_worker(interpret=interpret)
-        return cls(sock, proc.pid, proc)
+        return cls(sock, proc.pid, proc, older)
 
     def setup(self, **fields: Any) -> None:
         reply = self.request("setup", **fields)
@@ -124,7 +128,7 @@ class WorkerClient:
         after = seccomp.filters_of(self.pid)
         self.separation["sealed"] = str(reply.get("sealed", "no answer"))[:300]
         found = [("worker_unsealed", f"a process of the worker's alive when it was sealed: {h}")
-                 for h in worker_helpers(os.getpid(), self.pid)]
+                 for h in worker_helpers(os.getpid(), self.pid, self.older)]
         if self.separation.get("guard_seen") is not True:
             return found
         counted = all(t.filters >= 0 for t in after.values())
@@ -262,8 +266,8 @@ def _filters_text(threads: dict[int, Any]) -> str:
     return ", ".join(f"thread {tid}: mode {t.mode}, {t.filters} filters" for tid, t in sorted(threads.items())[:8])
 
 
-def _process_table() -> dict[int, tuple[int, str, str]]:
-    """pid -> (parent pid, state, name) of every process this one can see."""
+def _process_table() -> dict[int, tuple[int, str, str, str]]:
+    """pid -> (parent pid, state, name, start time in clock ticks) of every process this one can see."""
     table = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -275,24 +279,36 @@ def _process_table() -> dict[int, tuple[int, str, str]]:
             continue
         name = text[text.find("(") + 1:text.rfind(")")]
         fields = text[text.rfind(")") + 2:].split()
-        table[int(entry)] = (int(fields[1]), fields[0], name[:40])
+        table[int(entry)] = (int(fields[1]), fields[0], name[:40], fields[19])
     return table
 
 
-def worker_helpers(judge: int, worker: int) -> list[str]:
-    """Live processes (not zombies) below the judge other than the worker: whatever the worker
-    started and left running, orphans included (the judge is their subreaper, `child.main`).
-    Called where the judge itself has started nothing (before timing)."""
-    table = _process_table()
+def _below(judge: int, table: dict[int, tuple[int, str, str, str]]) -> list[int]:
     below: list[int] = []
     frontier = [judge]
     while frontier:
         parent = frontier.pop()
-        children = [pid for pid, (ppid, _, _) in table.items() if ppid == parent and pid not in below]
+        children = [pid for pid, row in table.items() if row[0] == parent and pid not in below]
         below += children
         frontier += children
-    return [f"pid {pid} ({table[pid][2]}, state {table[pid][1]})" for pid in sorted(below)
-            if pid != worker and table[pid][1] not in ("Z", "X")]
+    return below
+
+
+def processes_below(judge: int) -> set[tuple[int, str]]:
+    """(pid, start time) of the live processes below the judge now."""
+    table = _process_table()
+    return {(pid, table[pid][3]) for pid in _below(judge, table)}
+
+
+def worker_helpers(judge: int, worker: int, older: Collection[tuple[int, str]] = ()) -> list[str]:
+    """Live processes (not zombies) below the judge other than the worker and those in `older`
+    (pid and start time: alive below the judge before the worker was, so not the worker's; a judge
+    run in a process that has started others, a test's, has them): whatever the worker started and
+    left running, orphans included (the judge is their subreaper, `child.main`). Called where the
+    judge itself has started nothing (before timing)."""
+    table = _process_table()
+    return [f"pid {pid} ({table[pid][2]}, state {table[pid][1]})" for pid in sorted(_below(judge, table))
+            if pid != worker and table[pid][1] not in ("Z", "X") and (pid, table[pid][3]) not in older]
 
 
 def _signal_name(signum: int) -> str:

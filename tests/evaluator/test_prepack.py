@@ -13,10 +13,10 @@ import torch
 from agentforge.evaluator import prepack
 from agentforge.evaluator.api import evaluate_many, make_job
 from agentforge.evaluator.result import EvalResult, Measure, Status, TimingConfig
-from agentforge.sandbox import SandboxConfig
 
 from agentforge.candidate import Candidate
 from agentforge.task import Task
+from tests.fixtures.sandbox import quiet
 
 EXPLOITS = Path(__file__).resolve().parents[1] / "exploits"
 TASK = EXPLOITS / "tasks" / "small_linear.py"
@@ -39,7 +39,7 @@ def in_forward_source() -> str:
 @pytest.fixture(scope="module")
 def verdicts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, EvalResult]]:
     root = tmp_path_factory.mktemp("prepack")
-    config = SandboxConfig(timeout_s=240, workdir_root=str(root / "work"), cache_dir=str(root / "cache"))
+    config = quiet(root, timeout_s=240)
     task = Task("small_linear", TASK.read_text())
     sources = {"hook": HOOK.read_text(), "stale": STALE.read_text(), "in_forward": in_forward_source()}
     jobs = [make_job(task, Candidate(src, backend="cpu"), device="cpu", timing=TIMING,

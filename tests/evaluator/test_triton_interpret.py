@@ -17,10 +17,10 @@ import torch
 from agentforge.evaluator import triton_interpret
 from agentforge.evaluator.api import evaluate_many, make_job
 from agentforge.evaluator.result import EvalResult, Measure, Status
-from agentforge.sandbox import SandboxConfig
 
 from agentforge.candidate import Candidate
 from agentforge.task import Task
+from tests.fixtures.sandbox import quiet
 
 pytestmark = pytest.mark.skipif(not triton_interpret.available(), reason="triton is not installed")
 
@@ -86,7 +86,7 @@ FALLBACK = HONEST.replace("        return out\n", "        return torch.softmax(
 @pytest.fixture(scope="module")
 def verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, EvalResult]:
     root = tmp_path_factory.mktemp("triton")
-    config = SandboxConfig(timeout_s=300, workdir_root=str(root / "work"), cache_dir=str(root / "cache"))
+    config = quiet(root, timeout_s=300)
     task = Task("row_softmax", (TASKS / "row_softmax.py").read_text())
     sources = {"honest": HONEST, "off_by_one": OFF_BY_ONE, "interpreter_only": INTERPRETER_ONLY,
                "fallback": FALLBACK}
