@@ -19,6 +19,8 @@ import pytest
 
 from tests.fixtures import modules
 
+pytest_plugins = ["tests.fixtures.progress_clock"]
+
 # A CLI run starts a detached build of torch's precompiled extension header (90 s of both cores,
 # 2 GB) for each new build cache that meets a load_inline candidate. Tests each use a cache of their
 # own, so they would start dozens: off here, on in the test of that feature.
@@ -150,6 +152,24 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return (yield)
     finally:
         _current[0] = None
+
+
+QUIET_SANDBOX = {"warm_spares": 0, "prebuild_headers": False, "prebuild_baselines": False}
+
+
+@pytest.fixture(autouse=True)
+def _quiet_sandbox_defaults(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `Settings()` made in a test (not read from this environment) gets no spare child and no
+    header or baseline prebuild: each test has folders of its own, where a spare is never reused and
+    a background build (90 s of both cores for the header) outlives its test and slows the next ones.
+    Tests marked `user_defaults` get a user's defaults (tests/fixtures/sandbox.py does the same for
+    a `SandboxConfig` a test makes)."""
+    if request.node.get_closest_marker("user_defaults"):
+        return
+    from agentforge.sandbox import config
+
+    users = config.default_of
+    monkeypatch.setattr(config, "default_of", lambda name: QUIET_SANDBOX.get(name, users(name)))
 
 
 @pytest.fixture(scope="session")

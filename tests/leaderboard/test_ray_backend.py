@@ -20,6 +20,8 @@ from agentforge.evaluator.result import (
 )
 from agentforge.sandbox.config import SandboxConfig
 
+from tests.fixtures.sandbox import quiet
+
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install agentforge[distributed])")
 pytestmark = pytest.mark.slow
 
@@ -154,7 +156,7 @@ def test_real_sandbox_on_the_nodes(cluster) -> None:
         quick = Measure(baselines=("eager",), compile_modes=(), timing=False)
         jobs = [make_job(task, Candidate(src, backend="cpu"), device="cpu", measure=quick, cache_dir=cache)
                 for src in (FALLBACK, WRONG)]
-        backend = get_backend("ray", SandboxConfig(kind="ray", cache_dir=cache, timeout_s=240))
+        backend = get_backend("ray", quiet(kind="ray", cache_dir=cache, timeout_s=240))
         results = backend.run_many(jobs)
     finally:
         shutil.rmtree(cache, ignore_errors=True)

@@ -15,6 +15,7 @@ from sandbox_helpers import HERE, make_job
 from agentforge.settings import SandboxSettings, SettingsError, load_settings
 
 
+@pytest.mark.user_defaults
 def test_the_cli_and_a_library_caller_get_the_same_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # no agentforge.toml
     settings = load_settings(env={})

@@ -16,6 +16,7 @@ from agentforge.sandbox import SandboxConfig, isolation
 
 from agentforge.candidate import Candidate
 from agentforge.task import Task
+from tests.fixtures.sandbox import quiet
 
 EXPLOITS = Path(__file__).resolve().parents[1] / "exploits"
 RELU = Task("elementwise_relu", (EXPLOITS / "tasks" / "elementwise_relu.py").read_text())
@@ -61,7 +62,7 @@ class ModelNew(nn.Module):
 
 
 def _config(tmp_path: Path) -> SandboxConfig:
-    return SandboxConfig(timeout_s=240, workdir_root=str(tmp_path / "work"), cache_dir=str(tmp_path / "cache"))
+    return quiet(tmp_path, timeout_s=240)
 
 
 needs_root_isolation = pytest.mark.skipif(
