@@ -17,7 +17,7 @@ from agentforge.candidate import Candidate
 from agentforge.kernel_library import find_kernel, list_kernels
 from agentforge.task import load_task
 
-from .cuda_host import capture_load_inline, host_syntax_check
+from .cuda_host import capture_load_inline, host_syntax_check_many
 
 CPU_KERNELS = list_kernels("cpu")
 QUICK = TimingConfig(warmup=1, min_reps=3, max_reps=5, time_cap_s=0.2, recheck_fraction=0.5)
@@ -56,11 +56,16 @@ def test_cuda_kernel_compiles_for_sm90a(task_name):
 CUDA_KERNELS = [k for k in list_kernels("h100") if k.backend == "cuda"]  # Triton kernels: tests/kernels/test_layout.py
 
 
-@pytest.mark.slow
+@pytest.fixture(scope="module")
+def host_verdicts() -> dict[str, tuple[bool, str]]:
+    return host_syntax_check_many({k.task_name: capture_load_inline(k.source) for k in CUDA_KERNELS})
+
+
 @pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not installed")
 @pytest.mark.parametrize("kernel", CUDA_KERNELS, ids=[k.task_name for k in CUDA_KERNELS])
-def test_cuda_host_wrapper_compiles_against_torch_headers(kernel):
-    """20-150 s each with torch's headers on two cores: run by hand (-m slow) after editing a kernel.
-    It caught a host wrapper whose loop variable shadowed a tensor argument."""
-    ok, log = host_syntax_check(capture_load_inline(kernel.source))
+def test_cuda_host_wrapper_compiles_against_torch_headers(kernel, host_verdicts):
+    """The host wrapper that load_inline builds only on a GPU machine, checked here with g++ against
+    torch's headers (all kernels in one compiler run). It caught a host wrapper whose loop variable
+    shadowed a tensor argument."""
+    ok, log = host_verdicts[kernel.task_name]
     assert ok, log[-3000:]
