@@ -104,10 +104,11 @@ def test_verl_reward_path_on_ray_with_an_eval_resource_and_cancellation(local_ra
         # lives to its own limit) are not this evaluation's: only new ones count.
         before = sandbox_children()
         reply = smoke_template().replace("{completion}", HANG)
-        hung = asyncio.ensure_future(service.score_one(RewardRequest(name, source, reply, timeout_s=8.0)))
+        hung = asyncio.ensure_future(service.score_one(RewardRequest(name, source, reply, timeout_s=20.0)))
         assert await wait_for(lambda: sandbox_children() - before, 30), "the hung evaluation never started a child"
         children = sandbox_children() - before
-        held = await wait_for(lambda: ray.available_resources().get(EVAL_RESOURCE, 0.0) == 1.0, 5)
+        # Ray's view of its resources lags under load: the request's 20 s leave it time to show
+        held = await wait_for(lambda: ray.available_resources().get(EVAL_RESOURCE, 0.0) == 1.0, 15)
         record = await hung
         gone = await wait_for(lambda: not (sandbox_children() & children), 15)
         freed = await wait_for(lambda: ray.available_resources().get(EVAL_RESOURCE, 0.0) == 2.0, 15)

@@ -11,6 +11,7 @@ import platform
 import resource
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -144,13 +145,20 @@ def test_an_openmp_team_of_two_runs_sealed(tmp_path: Path) -> None:
     library = tmp_path / "libteam.so"
     subprocess.run(["g++", "-O2", "-fopenmp", "-shared", "-fPIC", str(source), "-o", str(library)], check=True)
 
-    def team() -> str:
-        lib = ctypes.CDLL(str(library))
-        out = (ctypes.c_float * 1000)()
-        size = lib.team_sum(out, 1000)
-        return f"{size} {out[999]}"
-
-    assert run_filtered(team, seal=True) == "ok 2 1998.0"
+    # In a fresh interpreter, not a fork of this one: GNU OpenMP is not fork-safe, and a team this
+    # process (torch, an earlier test) has started leaves a forked child's team waiting forever.
+    script = f"""
+import ctypes, os
+from agentforge.sandbox import limits, seccomp
+limits.no_new_privileges()
+seccomp.install(seccomp.guard_program(os.getpid()))
+seccomp.install(seccomp.seal_program())
+lib = ctypes.CDLL({str(library)!r})
+out = (ctypes.c_float * 1000)()
+print("ok", lib.team_sum(out, 1000), out[999])
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.split() == ["ok", "2", "1998.0"], (proc.returncode, proc.stderr)
 
 
 def test_filters_are_seen_from_outside() -> None:
