@@ -148,12 +148,14 @@ def apply_limits(limits: Limits) -> None:
 _CLONE_NEWNS = 0x00020000
 
 
-def private_tmp(tmpfs_bytes: int | None, keep: tuple[str, ...] = ()) -> str:
+def private_tmp(tmpfs_bytes: int | None, keep: tuple[str, ...] = (), code: tuple[str, ...] = ()) -> str:
     """This process (the candidate worker, still privileged) in a mount namespace of its own, with
     a fresh tmpfs on /tmp and /dev/shm: what it leaves there, the judge never sees, and the judge's
     /tmp (its private folder, the compile caches) is out of its sight. The mounts the sandbox put
     below them (the work and cache folders, when they live under /tmp) are bound back, flags and
-    all, and so is each folder in `keep` found below them. "yes", or why not."""
+    all, and so is each folder in `keep` found below them. Each folder in `code` found below them
+    (the worker's own import roots: a checkout or a virtualenv under /tmp) is bound back read-only,
+    with the writable ones inside it bound again on top. "yes", or why not."""
     from agentforge.sandbox import mounts
 
     libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
@@ -164,14 +166,27 @@ def private_tmp(tmpfs_bytes: int | None, keep: tuple[str, ...] = ()) -> str:
     below = sorted({p for p in [*(p for p, _ in mounts._mount_points()), *map(os.path.realpath, keep)]
                     if any(p.startswith(top + "/") for top in tops) and os.path.isdir(p)})
     outermost = [p for p in below if not any(p != q and p.startswith(q + "/") for q in below)]
-    held = {path: os.open(path, os.O_PATH) for path in outermost}
+    roots = sorted({os.path.realpath(p) for p in code if os.path.isdir(p)})
+    roots = [p for p in roots if any(p.startswith(top + "/") for top in tops)
+             and not any(p != q and p.startswith(q + "/") for q in roots)]
+    inside = [p for p in outermost if any(p.startswith(r + "/") for r in roots)]  # bound again on top
+    held = {path: os.open(path, os.O_PATH) for path in {*outermost, *roots}}
+
+    def bind(path: str) -> None:
+        os.makedirs(path, mode=0o755, exist_ok=True)
+        mounts._mount(f"/proc/self/fd/{held[path]}", path, None, mounts.MS_BIND | mounts.MS_REC)
+
     try:
         mounts._mount(None, "/", None, mounts.MS_REC | mounts.MS_PRIVATE)
         for point in tops:
             mounts._mount("tmpfs", point, "tmpfs", mounts.MS_NOSUID | mounts.MS_NODEV, f"mode=1777{size}")
-        for path, fd in held.items():
-            os.makedirs(path, mode=0o755, exist_ok=True)
-            mounts._mount(f"/proc/self/fd/{fd}", path, None, mounts.MS_BIND | mounts.MS_REC)
+        for path in outermost:
+            bind(path)
+        for path in roots:
+            bind(path)
+            mounts._mount(None, path, None, mounts.MS_BIND | mounts.MS_REMOUNT | mounts.MS_RDONLY)
+        for path in inside:
+            bind(path)
     except OSError as exc:
         return f"no: {exc}"
     finally:

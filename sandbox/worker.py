@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import traceback
 from typing import Any
 
 from agentforge.evaluator.result import from_plain
@@ -46,7 +47,10 @@ def _harden(setup: dict[str, Any]) -> dict[str, str]:
     plain = setup.get("limits")
     tmpfs_bytes = int(plain["file_size_bytes"]) if isinstance(plain, dict) else None
     keep = tuple(str(setup[k]) for k in ("workdir", "cache_dir") if setup.get(k))
-    report = {"private_tmp": limits.private_tmp(tmpfs_bytes, keep)}  # while still privileged
+    # The worker imports more later (the evaluator, torch's submodules): its import roots stay in
+    # sight, read-only, when they live under /tmp (a checkout or a virtualenv there).
+    code = tuple(p for p in {*sys.path, sys.prefix, *_package_folders()} if p)
+    report = {"private_tmp": limits.private_tmp(tmpfs_bytes, keep, code)}  # while still privileged
     os.chdir(setup["workdir"])
     os.umask(0o077)
     if setup.get("drop_to_uid") is not None:
@@ -57,6 +61,21 @@ def _harden(setup: dict[str, Any]) -> dict[str, str]:
         limits.apply_limits(from_plain(Limits, plain))
     report["seccomp"] = seccomp.guard()
     return report
+
+
+def _package_folders() -> list[str]:
+    """The folders of agentforge's packages: an editable install maps them from a checkout, which
+    sys.path does not name (found without importing them)."""
+    import importlib.util
+
+    folders: list[str] = []
+    for name in ("agentforge", "agentforge.evaluator", "agentforge.sandbox", "agentforge.rl"):
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        folders += list(spec.submodule_search_locations or []) if spec is not None else []
+    return folders
 
 
 def _configure(setup: dict[str, Any]) -> None:
@@ -120,6 +139,7 @@ def serve(sock: socket.socket) -> None:
         code = 0
     except BaseException:
         code = 3
+        traceback.print_exc()  # the judge turns the exit into WorkerBroken; the stderr says why
     finally:
         try:
             sys.stdout.flush()
