@@ -169,7 +169,7 @@ def private_tmp(tmpfs_bytes: int | None, keep: tuple[str, ...] = (), code: tuple
     roots = sorted({os.path.realpath(p) for p in code if os.path.isdir(p)})
     roots = [p for p in roots if any(p.startswith(top + "/") for top in tops)
              and not any(p != q and p.startswith(q + "/") for q in roots)]
-    inside = [p for p in outermost if any(p.startswith(r + "/") for r in roots)]  # bound again on top
+    inside = [p for p in outermost if any(p == r or p.startswith(r + "/") for r in roots)]  # writable on top
     held = {path: os.open(path, os.O_PATH) for path in {*outermost, *roots}}
 
     def bind(path: str) -> None:

@@ -48,8 +48,10 @@ def _harden(setup: dict[str, Any]) -> dict[str, str]:
     tmpfs_bytes = int(plain["file_size_bytes"]) if isinstance(plain, dict) else None
     keep = tuple(str(setup[k]) for k in ("workdir", "cache_dir") if setup.get(k))
     # The worker imports more later (the evaluator, torch's submodules): its import roots stay in
-    # sight, read-only, when they live under /tmp (a checkout or a virtualenv there).
-    code = tuple(p for p in {*sys.path, sys.prefix, *_package_folders()} if p)
+    # sight, read-only, when they live under /tmp (a checkout or a virtualenv there). Not the
+    # current folder `-m` puts on sys.path: it holds no code of ours, and may hold others' files.
+    cwd = os.getcwd()
+    code = tuple(p for p in {*sys.path, sys.prefix, *_package_folders()} if p and os.path.abspath(p) != cwd)
     report = {"private_tmp": limits.private_tmp(tmpfs_bytes, keep, code)}  # while still privileged
     os.chdir(setup["workdir"])
     os.umask(0o077)
