@@ -301,14 +301,28 @@ def processes_below(judge: int) -> set[tuple[int, str]]:
 
 
 def worker_helpers(judge: int, worker: int, older: Collection[tuple[int, str]] = ()) -> list[str]:
-    """Live processes (not zombies) below the judge other than the worker and those in `older`
-    (pid and start time: alive below the judge before the worker was, so not the worker's; a judge
-    run in a process that has started others, a test's, has them): whatever the worker started and
-    left running, orphans included (the judge is their subreaper, `child.main`). Called where the
-    judge itself has started nothing (before timing)."""
+    """Live processes (not zombies) the worker started and left running, orphans included.
+
+    Where the worker has a mount namespace of its own (`limits.private_tmp`), they are the other
+    processes in it, anywhere on the machine: its guard lets nothing it starts leave that namespace
+    (no unshare, setns or clone into a new one), and nothing the judge's own process starts (a
+    caller's builds, another evaluation's worker) enters it. Otherwise they are the processes below
+    the judge other than the worker and those in `older` (pid and start time: alive below the judge
+    before the worker was; the judge is their subreaper, `child.main`)."""
     table = _process_table()
-    return [f"pid {pid} ({table[pid][2]}, state {table[pid][1]})" for pid in sorted(_below(judge, table))
-            if pid != worker and table[pid][1] not in ("Z", "X") and (pid, table[pid][3]) not in older]
+    home = _mount_namespace(worker)
+    if home is not None and home != _mount_namespace(os.getpid()):
+        pids = [pid for pid in sorted(table) if pid != worker and _mount_namespace(pid) == home]
+    else:
+        pids = [pid for pid in sorted(_below(judge, table)) if pid != worker and (pid, table[pid][3]) not in older]
+    return [f"pid {pid} ({table[pid][2]}, state {table[pid][1]})" for pid in pids if table[pid][1] not in ("Z", "X")]
+
+
+def _mount_namespace(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return None
 
 
 def _signal_name(signum: int) -> str:

@@ -12,7 +12,9 @@ the judge turns into a `refused_syscall` flag):
   processes its builds start: a pid namespace hands out pids upwards, so the judge, which forked the
   worker, is always below), never to a group or to -1; tkill/tgkill/rt_(tg)sigqueueinfo only within
   its own thread group; no clone that shares memory without being a thread (CLONE_VM without
-  CLONE_THREAD), except CLONE_VFORK (posix_spawn: the parent waits until the child executes).
+  CLONE_THREAD), except CLONE_VFORK (posix_spawn: the parent waits until the child executes), and
+  none into a new namespace: whatever the worker starts stays in its mount namespace, where the
+  judge's census at the seal finds it (`evaluator.remote.worker_helpers`).
   clone3 answers ENOSYS: its flags sit in memory a filter cannot read, and glibc falls back to clone.
 - `seal`, installed when the judge asks, before the timing stage: no new process at all (fork, vfork,
   clone without CLONE_THREAD). The builds are over by then (a compiler is a process), so whatever
@@ -42,6 +44,8 @@ RET_ALLOW = 0x7FFF0000
 RET_ERRNO = 0x00050000
 
 CLONE_VM, CLONE_VFORK, CLONE_THREAD = 0x100, 0x4000, 0x10000
+# CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET: a child in a namespace of its own
+CLONE_NEW_ANY = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
 PRIO_PROCESS, IOPRIO_WHO_PROCESS = 0, 1
 _X32_BIT = 0x40000000
 _NEGATIVE = 0x80000000  # a pid_t's low word from here on is a group or -1
@@ -145,6 +149,7 @@ def guard_program(own_pid: int, machine: str | None = None) -> bytes:
             prog.ret(RET_ERRNO | errno.ENOSYS)
         elif name == "clone":
             prog.load(_arg(0))
+            prog.op(_JSET_K, CLONE_NEW_ANY, "kill", 0)
             prog.op(_JSET_K, CLONE_THREAD, "allow", 0)
             prog.op(_JSET_K, CLONE_VM, 0, "allow")
             prog.op(_JSET_K, CLONE_VFORK, "allow", "kill")
