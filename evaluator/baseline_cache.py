@@ -209,8 +209,27 @@ def build(cache_dir: str, spec: BaselineSpec) -> str:
         return f"{spec.task_name}/{spec.shape}: built in {time.monotonic() - started:.1f} s"
 
 
-def _compile_into(folder: Path, spec: BaselineSpec) -> None:
+@contextlib.contextmanager
+def _inductor_cache_at(folder: Path) -> Iterator[None]:
+    """Inductor's cache in `folder` for the time being; the caller's setting back afterwards (a
+    leftover would send a later build, or a process started later, to a folder since removed)."""
+    previous = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = previous
+
+
+def _compile_into(folder: Path, spec: BaselineSpec) -> None:
+    with _inductor_cache_at(folder):
+        _compile_reference(spec)
+
+
+def _compile_reference(spec: BaselineSpec) -> None:
     import copy
 
     import torch
@@ -257,7 +276,6 @@ def judge_cache_dir(cache_dir: str | os.PathLike[str], spec: BaselineSpec, wait_
     waited = _wait_for(cache_dir, spec, wait_s)
     source_entry = entry(cache_dir, spec)
     folder = Path(tempfile.mkdtemp(prefix="inductor-judge-", dir=private_root))
-    previous = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     try:
         if source_entry.ready:
             shutil.copytree(source_entry.folder, folder, dirs_exist_ok=True)
@@ -270,13 +288,9 @@ def judge_cache_dir(cache_dir: str | os.PathLike[str], spec: BaselineSpec, wait_
                    else f"not built yet{f' after waiting {waited:.0f} s' if waited >= 0.1 else ''}")
             info = JudgeCache(folder, "cold", f"torch.compile baseline compiled cold here (the judge's cache: "
                               f"{why})", waited)
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
-        yield info
+        with _inductor_cache_at(folder):
+            yield info
     finally:
-        if previous is None:
-            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
-        else:
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = previous
         shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -100,8 +100,11 @@ def test_a_built_entry_answers_the_judges_compile_from_a_private_copy(tmp_path: 
 def test_a_shape_too_large_for_the_cpu_is_not_built_outside_the_sandbox(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(baseline_cache, "CPU_MAX_ELEMENTS", 100)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/the/callers/own")
     note = baseline_cache.build(str(tmp_path), _spec())
     assert "failed" in note and "not compiled outside the sandbox" in note
+    # the caller's setting is back (a leftover sent a later process to a removed, or closed, folder)
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/the/callers/own"
     assert not baseline_cache.entry(tmp_path, _spec()).ready
     assert not baseline_cache.start(str(tmp_path), _spec())  # a failed key is not retried at every job
     assert os.listdir(tmp_path / "trusted" / "inductor")
