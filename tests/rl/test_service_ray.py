@@ -30,6 +30,8 @@ def local_ray():
 
 
 def write_config(path: Path, cache_dir: str, resources: dict[str, float], timeout_s: float = 240) -> Path:
+    """No warm spares: a Ray worker starts one after each evaluation, idle until its next, and the
+    cancellation test must find the hung evaluation's child alone among the new ones."""
     table = ", ".join(f"{k} = {v}" for k, v in resources.items())
     path.write_text(f"""
 name = "verl-reward-test"
@@ -50,6 +52,7 @@ timing = {{ min_reps = 5, max_reps = 20, time_cap_s = 1.0 }}
 [service.sandbox_options]
 cache_dir = "{cache_dir}"
 timeout_s = 120.0
+warm_spares = 0
 """)
     return path
 
