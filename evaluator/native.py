@@ -467,7 +467,9 @@ def cached_load_inline(name: str, cpp_sources: Any = (), cuda_sources: Any = (),
                                            includes)
     captured = None
     try:
-        with _captured_build_output() as captured, torch_cuda_home(bool(cuda) or bool(with_cuda)):
+        with (build_cache.locked("load_inline", key), _captured_build_output() as captured,
+              torch_cuda_home(bool(cuda) or bool(with_cuda))):
+            _clear_stale_baton(target.folder)
             module = _torch_load_inline()(
                 unique_name, cpp_sources=cpp, cuda_sources=cuda or None, functions=functions,
                 extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
@@ -485,6 +487,15 @@ def cached_load_inline(name: str, cpp_sources: Any = (), cuda_sources: Any = (),
     event.log = f"precompiled header: {event.pch or 'none'}\n{captured.text()}"
     (target.folder / "READY").write_text("ok\n")
     return module
+
+
+def _clear_stale_baton(folder: Path) -> None:
+    """Remove torch's build `lock` from a build folder whose key lock this process holds: no build
+    of this key runs elsewhere, so the file is a killed build's (a sandbox stopped at its time
+    limit), and torch would wait on it forever, every later build or load of the same source with
+    it."""
+    with contextlib.suppress(FileNotFoundError):
+        (folder / "lock").unlink()
 
 
 def _pch_for_build(target: build_cache.CacheEntry, name: str, with_cuda: bool, extra_cflags: Sequence[str],

@@ -80,7 +80,7 @@ def test_a_cold_build_reads_the_precompiled_header_and_the_kernel_is_right(cache
     module = native.cached_load_inline("relu_pch", cpp_sources=CPP, functions=["relu_forward"])
     event = native.BUILD_EVENTS[-1]
     assert event.ok and not event.cached and event.pch == str(gch)
-    target = next((cache_with_header / f"build-uid{os.geteuid()}" / "load_inline").iterdir())
+    target = _built_folder(cache_with_header)
     # What g++ read for main.o (ninja's record of its -MMD output): with the .gch, the header's name
     # in the cache folder and nothing of torch's include tree; without it, hundreds of torch headers.
     deps = subprocess.run(["ninja", "-t", "deps", "main.o"], cwd=target, capture_output=True, text=True).stdout
@@ -89,6 +89,34 @@ def test_a_cold_build_reads_the_precompiled_header_and_the_kernel_is_right(cache
     x = torch.randn(4, 33)
     x[0, 0] = float("nan")
     assert torch.equal(module.relu_forward(x).nan_to_num(7.0), torch.relu(x).nan_to_num(7.0))
+
+
+def _built_folder(root: Path) -> Path:
+    """The one build folder of the cache (its key locks sit beside it, named with a dot)."""
+    folders = [p for p in (root / f"build-uid{os.geteuid()}" / "load_inline").iterdir() if not p.name.startswith(".")]
+    assert len(folders) == 1, folders
+    return folders[0]
+
+
+LOAD_AGAIN = """
+import sys
+from agentforge.evaluator import build_cache, native
+build_cache.set_cache_root(sys.argv[1])
+module = native.cached_load_inline("relu_pch", cpp_sources=sys.argv[2], functions=["relu_forward"])
+print("loaded", native.BUILD_EVENTS[-1].cached)
+"""
+
+
+def test_a_build_killed_midway_leaves_no_lock_that_stops_the_next(cache_with_header: Path) -> None:
+    """torch's build `lock` (its FileBaton) outlives a build killed at the sandbox's time limit, and
+    torch then waits on it forever: every later load of the same source hung until its own limit."""
+    native.cached_load_inline("relu_pch", cpp_sources=CPP, functions=["relu_forward"])
+    target = _built_folder(cache_with_header)
+    (target / "lock").write_text("")  # what a killed build leaves
+    done = subprocess.run([sys.executable, "-c", LOAD_AGAIN, str(cache_with_header), CPP], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.split() == ["loaded", "True"], done.stderr[-2000:]
+    assert not (target / "lock").exists()
 
 
 @pytest.mark.slow
