@@ -57,10 +57,19 @@ TRUSTED_TREE = "trusted"  # built only by the parent, which never runs candidate
 _writing_trusted = False
 
 
-def write_trusted_tree() -> None:
-    """Make this process build into the trusted tree (the parent's header prebuilder only)."""
-    global _writing_trusted
+@contextlib.contextmanager
+def writing_trusted_tree(cache_dir: str | os.PathLike[str]) -> Iterator[None]:
+    """Build into the trusted tree of `cache_dir` for the time being (the parent's header
+    prebuilder only); the caller's cache root and tree afterwards (a header built in a caller's
+    process, a test's, sent every later build of that process to the trusted tree)."""
+    global _cache_root, _writing_trusted
+    saved = _cache_root, _writing_trusted
+    set_cache_root(cache_dir)
     _writing_trusted = True
+    try:
+        yield
+    finally:
+        _cache_root, _writing_trusted = saved
 
 
 def _builds() -> Path:

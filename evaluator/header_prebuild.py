@@ -125,11 +125,10 @@ def build(cache_dir: str, flags: FlagSet) -> str:
     lock); a note for the log."""
     from agentforge.evaluator import native
 
-    build_cache.set_cache_root(cache_dir)
-    build_cache.write_trusted_tree()
     trusted = Path(cache_dir) / build_cache.TRUSTED_TREE
     trusted.mkdir(parents=True, exist_ok=True)
-    with open(trusted / f".prebuild-{flags.digest()}.lock", "w") as handle:
+    with (build_cache.writing_trusted_tree(cache_dir),
+          open(trusted / f".prebuild-{flags.digest()}.lock", "w") as handle):
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

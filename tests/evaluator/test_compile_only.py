@@ -280,8 +280,11 @@ def test_the_header_is_looked_up_by_main_cpps_own_flags_less_the_shim(fresh_cach
 
 @pytest.mark.slow  # a real header build for the CUDA flag set: about 70-90 s of both cores and 2 GB
 def test_main_cpp_reads_the_parents_header_and_fails_with_the_same_error(fresh_cache: Path) -> None:
+    before = build_cache.cache_root(), build_cache._builds()
     note = header_prebuild.build(str(fresh_cache), FlagSet(cuda=True))
     assert "extension.h.gch" in note, note
+    # this process builds where it did before (a leftover sent a later test's builds to the trusted tree)
+    assert (build_cache.cache_root(), build_cache._builds()) == before
     broken = LEAN.replace('functions=["launch"]', 'functions=["launch_relu"]')
     result = run_pipeline(job(broken, fresh_cache))
     assert result.status == Status.COMPILE_ERROR and "g++ failed to compile the cpp_sources" in result.error.message
