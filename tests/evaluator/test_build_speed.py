@@ -107,6 +107,7 @@ print("loaded", native.BUILD_EVENTS[-1].cached)
 """
 
 
+@pytest.mark.slow  # a real build (or the one before it in this module), then a fresh process loads it
 def test_a_build_killed_midway_leaves_no_lock_that_stops_the_next(cache_with_header: Path) -> None:
     """torch's build `lock` (its FileBaton) outlives a build killed at the sandbox's time limit, and
     torch then waits on it forever: every later load of the same source hung until its own limit."""
