@@ -187,7 +187,10 @@ class ProcessBackend:
         cfg = self.config
         workdir = job_dir / "work"
         (workdir / "tmp").mkdir(parents=True)
-        cache = str(Path(cfg.cache_dir).expanduser().resolve())
+        cache_path = Path(cfg.cache_dir).expanduser().resolve()
+        # made before the plan checks who can reach it: a new account has no ~/.cache yet
+        cache_path.mkdir(parents=True, exist_ok=True)
+        cache = str(cache_path)
         python = cfg.python or sys.executable
         plan = isolation.plan(cfg.isolation, str(workdir), cache,
                               isolation.child_paths(python, cfg.python_paths), cfg.sandbox_uid,

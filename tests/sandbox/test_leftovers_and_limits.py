@@ -6,9 +6,11 @@ burst is named a process limit, and processes sharing their parent's pages are n
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -120,6 +122,23 @@ def test_a_kept_workdir_survives_later_runs(tmp_path: Path) -> None:
     (kept,) = list((tmp_path / "work").glob("job-*"))
     ProcessBackend(config)  # sweeps at start
     assert kept.exists()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_cache_folder_whose_parents_do_not_exist_yet_is_made(tmp_path: Path, mode: str) -> None:
+    """A new account has no ~/.cache: every job failed before its child started ("could not prepare
+    the sandbox: No such file or directory: '~/.cache'"), the first command a new user typed."""
+    # a home the sandbox's uid can reach (pytest's tmp_path sits under a 0700 folder, where the
+    # sandbox falls back to a cache of its own before it looks further down)
+    home = Path(tempfile.mkdtemp(prefix="agentforge-new-home-", dir="/tmp"))
+    try:
+        home.chmod(0o755)
+        cache = home / ".cache" / "agentforge"
+        result = run(make_job("RESULT_NOTE = 1"), fake_config(tmp_path, isolation=mode, cache_dir=str(cache)))
+        assert result.status == Status.OK, result.summary()
+        assert cache.is_dir()
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 WRITE_LOOP = """
