@@ -115,11 +115,11 @@ def with_derived_shape(task: TaskText, job: EvalJob, derived: dict[str, Any]) ->
     return task, job
 
 
-def derived_note(task: TaskText) -> str:
+def derived_note(task: TaskText, hint: str = " (--shape default runs the file's own sizes)") -> str:
     derived = task.derived_shape or {}
     return (f"{task.name} declares no shape sized for a CPU: checking and timing the shape "
             f"'{derived.get('name')}' derived from its sizes, divided by {derived.get('divisor')}: "
-            f"{derived.get('description')} (--shape default runs the file's own sizes)")
+            f"{derived.get('description')}{hint}")
 
 
 def run_probe(job: EvalJob, sandbox: SandboxConfig) -> EvalResult:

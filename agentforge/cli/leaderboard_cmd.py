@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -214,7 +215,13 @@ def _prepare(
     `shapes` and `quick` as `--shape` and `--quick` ask."""
     from agentforge.evaluator.result import TRACKS, Measure, TimingConfig
     from agentforge.leaderboard.executors import make_executor
-    from agentforge.leaderboard.runner import CPU_TRACK_NOTE, JobOptions, default_tracks, unknown_shapes
+    from agentforge.leaderboard.runner import (
+        CPU_TRACK_NOTE,
+        JobOptions,
+        cpu_shape_deriver,
+        default_tracks,
+        unknown_shapes,
+    )
     from agentforge.leaderboard.suites import SuiteError, load_holdout, load_suite
     from agentforge.sandbox.config import from_settings
     from agentforge.store import ResultsStore
@@ -252,14 +259,28 @@ def _prepare(
         measure = Measure(baselines=("eager",), compile_modes=())
     elif quick:
         measure = Measure(compile_modes=QUICK_COMPILE_MODES)
+    sandbox = from_settings(settings.sandbox, settings.cache_dir)
+    # on the CPU a KernelBench file is checked and timed on a variant derived from its sizes, as by `eval`
+    derive = cpu_shape_deriver(sandbox, _say_once()) if device == "cpu" else None
     options = JobOptions(backend=backend, device=device, tracks=chosen,
                          cache_dir=str(Path(settings.cache_dir).expanduser()), measure=measure, shapes=shapes,
-                         timing=TimingConfig(**QUICK_TIMING) if quick else None)
-    sandbox = from_settings(settings.sandbox, settings.cache_dir)
+                         timing=TimingConfig(**QUICK_TIMING) if quick else None, derive=derive)
     kind = "ray" if ray is not None or settings.sandbox.kind == "ray" else "process"
     executor = make_executor(kind, sandbox, workers=settings.sandbox.workers,
                              ray_address=settings.sandbox.ray_address)
     return suite_obj, held, options, ResultsStore(settings.results_url), executor
+
+
+def _say_once() -> Callable[[str], None]:
+    """A note to stderr, each text once (a task's derived shape, whatever number of jobs it has)."""
+    said: set[str] = set()
+
+    def say(text: str) -> None:
+        if text not in said:
+            said.add(text)
+            err_console.print(text, style="yellow", markup=False, highlight=False, soft_wrap=True)
+
+    return say
 
 
 def _optimizer(settings: Any, entry: str, suite: str, options: Any, baselines: tuple[str, ...] = ("eager", "compile"),

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentforge.candidate import Candidate, Provenance, code_hash
 from agentforge.evaluator.api import make_job as evaluator_make_job
@@ -31,6 +31,9 @@ from agentforge.leaderboard.kernels_dir import scan_kernels
 from agentforge.leaderboard.suites import Holdout, Suite, SuiteTask
 from agentforge.store import ResultsStore
 from agentforge.task import CPU_SHAPE, TaskText, declared_shape_names
+
+if TYPE_CHECKING:
+    from agentforge.sandbox.config import SandboxConfig
 
 # jobs, on_result(result) -> results in job order
 Executor = Callable[[Sequence[EvalJob], Callable[[EvalResult], None]], list[EvalResult]]
@@ -49,6 +52,9 @@ class JobOptions:
     # `agentforge eval` does; else these variants, the first one timed
     shapes: tuple[str, ...] = ()
     timing: TimingConfig | None = None  # None: the track's default (`--quick` lowers it)
+    # A CPU job on a task that declares no shape variants (KernelBench's files) gets the probe's
+    # derived `cpu` variant from this, as `agentforge eval` does (`cpu_shape_deriver`); None: none.
+    derive: Callable[[TaskText, EvalJob], EvalJob] | None = None
 
 
 @dataclass(frozen=True)
@@ -134,11 +140,41 @@ def make_job(
     text = task.path.read_text()
     # The shape names, read from the file's text, let the evaluator pick the backend's shapes:
     # without them a CPU job checks and times the task's GPU-sized default shape.
-    job = evaluator_make_job(TaskText(task.name, text, task.path, declared_shape_names(text)), candidate,
+    task_text = TaskText(task.name, text, task.path, declared_shape_names(text))
+    job = evaluator_make_job(task_text, candidate,
                              device=options.device, track=track, cache_dir=options.cache_dir,
                              measure=options.measure, shapes=options.shapes, timing=options.timing,
                              timing_shape=options.shapes[0] if options.shapes else "default")
-    return dataclasses.replace(job, candidate_meta={**job.candidate_meta, **meta})
+    job = dataclasses.replace(job, candidate_meta={**job.candidate_meta, **meta})
+    return options.derive(task_text, job) if options.derive is not None and not options.shapes else job
+
+
+def cpu_shape_deriver(sandbox: SandboxConfig, on_note: Callable[[str], None] = lambda _: None,
+                      ) -> Callable[[TaskText, EvalJob], EvalJob]:
+    """`JobOptions.derive` for a CPU run: a task that declares no shape variants (a KernelBench
+    file sizes its globals for a GPU: level 1's ReLU is 12 GiB a call) is probed once in a sandbox
+    child (no candidate code), and its jobs check and time the derived `cpu` variant, said once per
+    task through `on_note`. A task whose probe fails keeps its job: the run reports it as the
+    task's error."""
+    from agentforge.agent.preflight import derived_note, run_probe, with_derived_shape
+
+    derived: dict[str, dict[str, Any] | None] = {}
+
+    def derive(task: TaskText, job: EvalJob) -> EvalJob:
+        if job.device != "cpu" or task.shape_names is None or set(task.shape_names) - {"default"}:
+            return job
+        key = task.source_hash
+        if key not in derived:
+            probe = run_probe(job, sandbox)
+            figures = probe.candidate_meta.get("task_probe") if probe.status == Status.OK else None
+            derived[key] = (figures or {}).get("derived")
+            if derived[key]:
+                on_note(derived_note(task.with_derived_shape(derived[key]), hint=""))
+        if not derived[key]:
+            return job
+        return with_derived_shape(task, job, derived[key])[1]
+
+    return derive
 
 
 def plan_kernels(

@@ -94,3 +94,23 @@ def test_backend_cuda_with_a_cpp_only_candidate_is_refused_in_seconds(work: Path
     assert len(lines) == 1 and "holds no CUDA code" in lines[0] and "--backend cpu" in lines[0], typed.explain()
     assert took < 20, f"{took:.0f} s: the refusal needs no build, no sandbox and no torch"
 
+
+
+def test_a_kernelbench_suite_is_scored_on_a_cpu_with_a_derived_shape(work: Path) -> None:
+    """`leaderboard eval` over a KernelBench checkout as shipped (level 1's ReLU at 12 GiB a call):
+    each task gets the derived `cpu` variant, said once, as `eval` does. Before, every job of such a
+    suite was refused for memory on a CPU."""
+    (work / "KernelBench" / "level1").mkdir(parents=True)
+    shutil.copy(DATA / "19_ReLU.py", work / "KernelBench" / "level1" / "19_ReLU.py")
+    (work / "answers").mkdir()
+    shutil.copy(DATA / "relu_load_inline.py", work / "answers" / "level_1_problem_19_sample_0_kernel.py")
+    env = {**_env(work), "COLUMNS": "200"}
+    typed = type_command("agentforge leaderboard eval answers --suite kernelbench:.:level1 --name mine "
+                         "--track hardened --no-compile-baseline", work, env, timeout=900)
+    assert typed.returncode == 0, typed.explain()
+    said = " ".join(typed.stderr.split())
+    assert len(DERIVED.findall(said)) == 1, typed.explain()  # once for the task, whatever its jobs
+    assert "mine: 1 jobs, 0 already stored, 1 stored now" in typed.stdout, typed.explain()
+    row = next(line for line in typed.stdout.splitlines() if line.startswith("│ level1/19_ReLU"))  # the per-task table
+    assert [c.strip() for c in row.strip("│").split("│")][1] == "ok", typed.explain()
+    assert "accepted, timed on shape 'cpu'" in row, typed.explain()

@@ -20,6 +20,7 @@ from .test_runner import FakeExecutor
 def fake_loop(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple]:
     import agentforge.agent.run as agent_run
     import agentforge.leaderboard.executors as executors
+    import agentforge.leaderboard.runner as runner
 
     calls: list[tuple] = []
 
@@ -36,6 +37,9 @@ def fake_loop(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple]:
 
     monkeypatch.setattr(agent_run, "optimize", optimize)
     monkeypatch.setattr(executors, "make_executor", lambda *a, **k: FakeExecutor())
+    # no task probe for the derived CPU shape either: it starts a sandbox child (the journey
+    # `test_a_kernelbench_suite_is_scored_on_a_cpu_with_a_derived_shape` runs it for real)
+    monkeypatch.setattr(runner, "cpu_shape_deriver", lambda *a, **k: None)
     return calls
 
 
