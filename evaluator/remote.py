@@ -311,10 +311,13 @@ def worker_helpers(judge: int, worker: int, older: Collection[tuple[int, str]] =
     before the worker was; the judge is their subreaper, `child.main`)."""
     table = _process_table()
     home = _mount_namespace(worker)
+    newer = {pid for pid in _below(judge, table) if pid != worker and (pid, table[pid][3]) not in older}
     if home is not None and home != _mount_namespace(os.getpid()):
-        pids = [pid for pid in sorted(table) if pid != worker and _mount_namespace(pid) == home]
+        # a process below the judge whose namespace cannot be read counts as the worker's, as before
+        pids = sorted(pid for pid in table if pid != worker and (
+            (space := _mount_namespace(pid)) == home or (space is None and pid in newer)))
     else:
-        pids = [pid for pid in sorted(_below(judge, table)) if pid != worker and (pid, table[pid][3]) not in older]
+        pids = sorted(newer)
     return [f"pid {pid} ({table[pid][2]}, state {table[pid][1]})" for pid in pids if table[pid][1] not in ("Z", "X")]
 
 
