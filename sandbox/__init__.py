@@ -29,15 +29,16 @@ def run(job: EvalJob, config: SandboxConfig | None = None) -> EvalResult:
     return get_backend(config.kind, config).run(job)
 
 
-def prestart(job: EvalJob, config: SandboxConfig | None = None) -> None:
-    """Start a warm child for `job` now, where the backend keeps spares (CPU jobs of the process
-    backend): a command that evaluates right after its own preparations (reading the task, probing
-    it) then finds Python and torch already started. Nothing is started otherwise."""
+def prestart(config: SandboxConfig | None = None, *, device: str = "auto", backend: str = "auto") -> None:
+    """Start a warm child now for a job on `device` with `backend` (as the job will name them;
+    "auto" resolved as the backend resolves it), where the backend keeps spares (CPU jobs of the
+    process backend). A command calls it first, before it imports torch itself: the child starts
+    Python and torch while the command reads and probes its task. Nothing is started otherwise."""
     config = config or SandboxConfig()
-    backend = get_backend(config.kind, config)
-    prestart_for = getattr(backend, "prestart", None)
+    backend_impl = get_backend(config.kind, config)
+    prestart_for = getattr(backend_impl, "prestart", None)
     if prestart_for is not None:
-        prestart_for(job)
+        prestart_for(device, backend)
 
 
 def run_many(jobs: Sequence[EvalJob], config: SandboxConfig | None = None, workers: int = 1,

@@ -134,15 +134,13 @@ class ProcessBackend:
                 self.start_spare()
 
     def _warm(self, job: EvalJob) -> bool:
-        """Whether `job` may run in a spare child started before it: CPU jobs only (a spare has
-        imported torch, and nothing may initialise CUDA before its job says which device), and
-        not Triton-interpreter jobs (the child must know before torch imports triton)."""
-        on_cpu = job.device == "cpu" or (job.device == "auto" and not _has_cuda())
-        return self.config.warm_spares > 0 and on_cpu and not _interprets(job)
+        """Whether `job` may run in a spare child started before it (`warm_eligible`)."""
+        return self.config.warm_spares > 0 and warm_eligible(job.device, job.backend, job.compile_only)
 
-    def prestart(self, job: EvalJob) -> None:
-        """A spare for `job`, started now when it may run in one (see `sandbox.prestart`)."""
-        if self._warm(job):
+    def prestart(self, device: str, backend: str) -> None:
+        """A spare for a job on `device` with `backend`, started now when it may run in one (see
+        `sandbox.prestart`)."""
+        if self.config.warm_spares > 0 and warm_eligible(device, backend, compile_only=False):
             self.start_spare()
 
     def _spare_key(self) -> str:
@@ -232,7 +230,8 @@ class ProcessBackend:
         with out, err:
             try:
                 if spare is None:
-                    proc, req_w, res_r = self._spawn(plan, python, str(workdir), out, err, _interprets(job))
+                    interpret = _interprets(job.device, job.backend, job.compile_only)
+                    proc, req_w, res_r = self._spawn(plan, python, str(workdir), out, err, interpret)
             except OSError as exc:
                 return verdict.sandbox_error(job, f"could not start the child: {exc}", info())
             outcome, returncode, nonce = self._send_and_wait(proc, req_w, res_r, request)
@@ -297,11 +296,19 @@ def _log_files(job_dir: Path) -> tuple[BinaryIO, BinaryIO]:
     return open(job_dir / "stdout.txt", "w+b"), open(job_dir / "stderr.txt", "w+b")
 
 
-def _interprets(job: EvalJob) -> bool:
+def warm_eligible(device: str, backend: str, compile_only: bool) -> bool:
+    """Whether a job may run in a spare child started before it: CPU jobs only (a spare has
+    imported torch, and nothing may initialise CUDA before its job says which device), and not
+    Triton-interpreter jobs (the child must know before torch imports triton)."""
+    on_cpu = device == "cpu" or (device == "auto" and not _has_cuda())
+    return on_cpu and not _interprets(device, backend, compile_only)
+
+
+def _interprets(device: str, backend: str, compile_only: bool) -> bool:
     """Whether the job's Triton kernels run in Triton's interpreter (the child must know before it
     imports torch, which imports triton)."""
-    return job.backend == "triton" and not job.compile_only and not job.device.startswith("cuda") and (
-        job.device != "auto" or not _has_cuda())
+    return backend == "triton" and not compile_only and not device.startswith("cuda") and (
+        device != "auto" or not _has_cuda())
 
 
 def _has_cuda() -> bool:

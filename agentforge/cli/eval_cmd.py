@@ -33,6 +33,7 @@ from agentforge.settings import describe
 
 if TYPE_CHECKING:
     from agentforge.evaluator.result import EvalResult
+    from agentforge.sandbox.config import SandboxConfig
     from agentforge.settings import Settings
     from agentforge.task import TaskText
 
@@ -142,12 +143,14 @@ def _evaluate(task_ref: str, candidate: Path, flags: dict[str, Any], config: str
               shapes: tuple[str, ...], timing: bool, compile_baseline: bool, seed: int | None = None) -> EvalResult:
     settings = _settings(flags, config)
     _refuse_without_cuda_source(settings, candidate)  # text only: before torch is imported
+    from agentforge.sandbox.config import from_settings
+
+    sandbox = from_settings(settings.sandbox, settings.cache_dir)
+    _prestart(settings, candidate, sandbox)  # its child imports torch while this process does
     from agentforge.agent.preflight import PreflightError, check_text, prepare
     from agentforge.candidate import Candidate, guess_backend
     from agentforge.evaluator.api import default_device, evaluate, make_job
     from agentforge.evaluator.result import CorrectnessConfig, Measure
-    from agentforge.sandbox import prestart
-    from agentforge.sandbox.config import from_settings
 
     task = _read_task(task_ref, settings)
     try:
@@ -164,8 +167,6 @@ def _evaluate(task_ref: str, candidate: Path, flags: dict[str, Any], config: str
     job = make_job(task, Candidate(source, chosen), device=where, track=settings.eval.track, shapes=shapes,
                    measure=measure, cuda_arch=settings.eval.cuda_arch, cache_dir=settings.cache_dir,
                    correctness=CorrectnessConfig(base_seed=seed))
-    sandbox = from_settings(settings.sandbox, settings.cache_dir)
-    prestart(job, sandbox)  # the job's child starts Python and torch while the task is probed
     try:
         prepared = prepare(task, job, sandbox, settings.sandbox.memory_gb)
     except PreflightError as exc:
@@ -173,6 +174,25 @@ def _evaluate(task_ref: str, candidate: Path, flags: dict[str, Any], config: str
     for note in prepared.notes:  # a derived shape, what runs instead of a GPU: said before it runs
         _say_note(note)
     return prepared.failed if prepared.failed is not None else evaluate(prepared.job, sandbox)
+
+
+def _prestart(settings: Settings, candidate: Path, sandbox: SandboxConfig) -> None:
+    """The job's sandbox child, started before this process imports torch (about 3 s on two
+    cores): both imports then run at once. Device and backend are read as `_evaluate` reads them;
+    a GPU job or an unreadable candidate starts nothing here."""
+    from agentforge.candidate import guess_backend
+    from agentforge.sandbox import prestart
+
+    backend = settings.eval.backend
+    if backend == "auto":
+        try:
+            backend = guess_backend(candidate.read_text())
+        except (OSError, UnicodeDecodeError):
+            return
+    device = settings.eval.device
+    if device == "auto" and backend == "cpu":
+        device = "cpu"
+    prestart(sandbox, device=device, backend=backend)
 
 
 def _refuse_without_cuda_source(settings: Settings, candidate: Path) -> None:
