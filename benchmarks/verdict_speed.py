@@ -74,8 +74,11 @@ def run_once(label: str, python: str, cache: Path) -> dict:
     except (ValueError, IndexError):
         raise RuntimeError(f"{label}: no verdict (exit {done.returncode}):\n{done.stderr[-3000:]}") from None
     prov = verdict.get("provenance", {})
-    agentforge_from = subprocess.run([python, "-c", "import agentforge; print(agentforge.__file__)"],
-                                     capture_output=True, text=True).stdout.strip()
+    # From a folder outside the repository, as the command ran (in the repository the checkout's own
+    # package shadows the environment's install, and both sides seemed to import this tree).
+    with tempfile.TemporaryDirectory(prefix="af-which-") as elsewhere:
+        agentforge_from = subprocess.run([python, "-c", "import agentforge; print(agentforge.__file__)"],
+                                         capture_output=True, text=True, cwd=elsewhere).stdout.strip()
     return {"side": label, "agentforge": agentforge_from, "wall_s": round(wall, 2), "exit": done.returncode,
             "status": verdict.get("status"),
             "accepted": verdict.get("accepted"), "speedup": verdict.get("speedup"),

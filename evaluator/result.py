@@ -62,8 +62,11 @@ class TimingConfig:
     max_reps: int = 200
     target_rel_stderr: float = 0.005  # stop once stderr / mean is under this
     # per timed subject and shape; the loop stops earlier once the speedup's interval settles
-    # (target_ratio_width), and the verdict says when its interval is too wide to rank
-    time_cap_s: float = 5.0
+    # (target_ratio_width), and the verdict says when its interval is too wide to rank. 2.5 s (it was
+    # 5 s): the timing stage of a candidate and two baselines is then 7.5 s of a verdict, not 15 s.
+    # On the 2-core VM a 4 ms CPU kernel gets about 70 repetitions in it, and a speedup interval
+    # about 10 % wide (the per-call noise of that machine is about 10 %).
+    time_cap_s: float = 2.5
     # Or stop once the speedup itself is known: the 95 % interval of the candidate's paired ratio to
     # every baseline (speedup_interval) spans at most this (hi / lo - 1). Noise that hits a whole
     # repetition cancels in the ratio, so on a busy machine it settles long before each subject's own

@@ -122,3 +122,29 @@ def test_a_tensor_larger_than_the_file_size_limit_travels_in_chunks(monkeypatch:
     assert arena.slots[0]["chunks"] == 5
     arena.write([big])
     assert torch.equal(arena.read()[0], big)
+
+
+def test_the_worker_reads_the_arena_into_its_own_buffers_and_compares_bit_for_bit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`read_into` copies once, across chunk boundaries, and refuses a buffer the candidate reshaped;
+    `matches` compares bits: a NaN sent and kept is no change, -0.0 over 0.0 is one."""
+    monkeypatch.setattr(wire, "MAX_CHUNK_BYTES", 4096)
+    sent = torch.randn(3000)  # three shared files, the last one short
+    sent[7], sent[8] = float("nan"), 0.0
+    arena = Arena.create([sent, torch.zeros(3, dtype=torch.int8)])
+    arena.write([sent, torch.tensor([1, 2, 3], dtype=torch.int8)])
+    shared = arena.share(writable=False)
+    peer = Arena.attach(shared, arena.slots, writable=False)
+    for f in shared:
+        os.close(f.fd)
+    mine = [torch.empty(3000), torch.empty(3, dtype=torch.int8)]
+    assert peer.read_into(mine)
+    assert torch.equal(mine[0].view(torch.int32), sent.view(torch.int32)) and mine[1].tolist() == [1, 2, 3]
+    assert peer.matches(0, mine[0]) and peer.matches(1, mine[1])  # the NaN is kept: no change
+    mine[0][8] = -0.0
+    assert not peer.matches(0, mine[0])
+    mine[0][8] = 0.0
+    mine[0][2999] += 1  # the last element of the short last chunk
+    assert not peer.matches(0, mine[0])
+    assert not peer.matches(1, torch.tensor([1, 2], dtype=torch.int8))  # reshaped
+    assert not peer.read_into([torch.empty(6000)[::2], mine[1]])  # the right shape, not contiguous
