@@ -18,6 +18,7 @@ import faulthandler
 import importlib
 import inspect
 import os
+import select
 import shutil
 import sys
 import threading
@@ -176,13 +177,21 @@ def _start_worker(interpret: bool) -> Any:
 INDUCTOR_MODULES = ("torch._inductor.compile_fx", "torch._inductor.codecache")
 
 
+def _readable(fd: int) -> bool:
+    """Whether `fd` has data (or its end) waiting now."""
+    return bool(select.select([fd], [], [], 0)[0])
+
+
 def _warm_imports() -> None:
     """Inductor's compiler modules (about 2 s on two cores), imported after the worker is forked
-    (it stays without them) and before the request is read: a spare does it while no job waits,
-    and the torch.compile baseline then starts from imported modules. Only with a CPU build of
-    torch: elsewhere an import could reach the CUDA driver before the request says which device
-    is this job's. (Imported on a thread beside the job instead, they slowed its correctness stage
-    by as much as they saved: the judge's own work needs the interpreter's lock.)"""
+    (it stays without them) by a child whose request is not there yet: a spare between an agent's
+    candidates, whose torch.compile baseline then starts from imported modules. A child whose job
+    already waits (a command's own child, a suite's next job) reads it at once: most jobs of a
+    suite or an RL step time against eager only, and would pay the 2 s for nothing. Only with a
+    CPU build of torch: elsewhere an import could reach the CUDA driver before the request says
+    which device is this job's. (Imported on a thread beside the job instead, they slowed its
+    correctness stage by as much as they saved: the judge's own work needs the interpreter's
+    lock.)"""
     import torch
 
     if torch.version.cuda is not None or torch.version.hip is not None:
@@ -319,8 +328,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.preload and not args.interpret:
         import torch  # noqa: F401 - imported now, before the request: no CUDA is initialised by it
     worker = _start_worker(args.interpret) if args.worker else None
-    if args.preload and not args.interpret:
-        _warm_imports()
+    if args.preload and not args.interpret and args.request_fd is not None and not _readable(args.request_fd):
+        _warm_imports()  # a spare with time to spare: no request is waiting yet
     data, send = _open_channel(args)
     limits.die_with_parent()
     faulthandler.enable(file=sys.stderr, all_threads=True)
