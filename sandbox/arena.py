@@ -100,16 +100,7 @@ class Arena:
 
     def read(self) -> list[torch.Tensor]:
         """The slots' current contents, copied into this side's own tensors (reused call after call)."""
-        for maps, out in zip(self.maps, self.tensors, strict=True):
-            if not out.numel():
-                continue
-            flat = out.reshape(-1).view(torch.uint8)
-            offset = 0
-            for view in maps:
-                take = min(len(view), flat.numel() - offset)
-                if take > 0:
-                    flat[offset:offset + take].copy_(_readable(view, take))
-                offset += take
+        self.read_into(self.tensors)
         return self.tensors
 
     def read_into(self, targets: list[torch.Tensor]) -> bool:
