@@ -260,7 +260,7 @@ def _unshare(workdir: str, cache_dir: str, read: list[str], drop: int | None, py
     ops += [MountOp("mask", m) for m in masks]
     ops += [MountOp("ro-bind", p, p) for p in binds]
     ops += [MountOp("bind", p, p) for p in (workdir, cache_dir)]
-    ops.append(MountOp("readonly-all"))
+    ops += [MountOp("proc", "/proc"), MountOp("readonly-all")]
     desc = f"process+unshare(ro-root,no-net,pid-ns,{_uid_text(drop)},rlimits)"
     return IsolationPlan("unshare", tuple(argv), tuple(ops), drop, cache_dir, desc)
 

@@ -5,6 +5,12 @@ what bwrap builds: every mount read-only, fresh tmpfs where asked, the work and 
 bound read-write. It runs as (namespace) root before `drop_privileges`. Bind sources are opened
 first and bound through /proc/self/fd, so a tmpfs that masks a parent directory (e.g. /root,
 unreadable to the sandbox uid) does not hide them.
+
+/proc is left writable, as bwrap's `--proc` leaves it: a process writes its own files there
+(a thread's name in /proc/self/task/<tid>/comm, its oom_score_adj), and the CUDA driver's cuInit
+fails with CUDA_ERROR_OPERATING_SYSTEM under a read-only /proc (seen on an H200). Another uid's
+files stay closed by the kernel's own checks; the kernel-wide ones (`PROC_KERNEL_WIDE`) are bound
+read-only, the set bwrap covers plus /proc/fs.
 """
 
 from __future__ import annotations
@@ -56,6 +62,18 @@ def _mount_points() -> list[tuple[str, int]]:
     return points
 
 
+PROC_KERNEL_WIDE = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
+
+
+def _proc_own_files_writable() -> set[str]:
+    """Bind each kernel-wide /proc path onto itself, so that `readonly-all` makes it a read-only
+    mount of its own while /proc stays writable; returns the targets spared from it."""
+    for path in PROC_KERNEL_WIDE:
+        if os.path.lexists(path):
+            _mount(path, path, None, MS_BIND | MS_REC)
+    return {"/proc"}
+
+
 def _readonly_all(writable: set[str]) -> None:
     for point, flags in _mount_points():
         if point in writable:
@@ -70,8 +88,8 @@ def _readonly_all(writable: set[str]) -> None:
 def apply_mounts(ops: Sequence[MountOp]) -> None:
     """Carry out `ops` in order in this (private) mount namespace.
 
-    `readonly-all` spares the targets of `bind` and `tmpfs` ops, so it goes last; `mask` tmpfs
-    and `ro-bind` targets become read-only with the rest.
+    `readonly-all` spares the targets of `bind` and `tmpfs` ops (and /proc after a `proc` op), so
+    it goes last; `mask` tmpfs and `ro-bind` targets become read-only with the rest.
     """
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     writable = {op.dst for op in ops if op.kind in ("bind", "tmpfs")}
@@ -80,6 +98,8 @@ def apply_mounts(ops: Sequence[MountOp]) -> None:
         for op in ops:
             if op.kind == "readonly-all":
                 _readonly_all(writable)
+            elif op.kind == "proc":
+                writable |= _proc_own_files_writable()
             elif op.kind in ("tmpfs", "mask"):
                 os.makedirs(op.dst, exist_ok=True)
                 mode = "mode=1777" if op.kind == "tmpfs" else "mode=0755"  # a mask is only traversed

@@ -29,7 +29,8 @@ class MountOp:
     """One step of the mount namespace the child builds itself under `unshare`.
 
     kind: readonly-all (remount every other mount read-only), tmpfs (a writable tmpfs at dst),
-    mask (a tmpfs at dst, read-only after readonly-all), bind (src -> dst read-write), ro-bind.
+    mask (a tmpfs at dst, read-only after readonly-all), bind (src -> dst read-write), ro-bind,
+    proc (/proc stays writable for a process's own files, its kernel-wide paths turn read-only).
     """
 
     kind: str

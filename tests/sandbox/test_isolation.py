@@ -3,6 +3,7 @@ directory, keep processes alive after the run, fork without bound, or forge its 
 
 from __future__ import annotations
 
+import ast
 import os
 import socket
 import uuid
@@ -166,3 +167,35 @@ def test_tmp_and_shm_are_private_and_writable(tmp_path: Path, mode: str) -> None
     result = run(make_job(source), fake_config(tmp_path, isolation=mode))
     assert result.status == Status.OK, result.error
     assert not Path(f"/tmp/{name}").exists() and not Path(f"/dev/shm/{name}").exists()
+
+
+@pytest.mark.parametrize("mode", isolating_modes())
+def test_own_proc_files_are_writable_and_kernel_wide_ones_closed(tmp_path: Path, mode: str) -> None:
+    """A process names its threads through /proc (the CUDA driver does, and cuInit fails under a
+    read-only /proc); the kernel's own settings stay closed to it, and under unshare, which builds
+    the tree itself, they are read-only mounts."""
+    source = (
+        "import os, threading\n"
+        "go = threading.Event()\n"
+        "t = threading.Thread(target=go.wait)\n"
+        "t.start()\n"
+        "path = f'/proc/self/task/{t.native_id}/comm'\n"
+        "with open(path, 'w') as fh:\n"
+        "    fh.write('named-by-test')\n"
+        "name = open(path).read().strip()\n"
+        "go.set(); t.join()\n"
+        "try:\n"
+        "    open('/proc/sys/kernel/hostname', 'w').write('sandbox')\n"
+        "    refused = 'written'\n"
+        "except OSError as exc:\n"
+        "    refused = type(exc).__name__\n"
+        "ro = lambda p: bool(os.statvfs(p).f_flag & os.ST_RDONLY)\n"
+        "RESULT_NOTE = repr((name, refused, ro('/proc/self'), ro('/proc/sys'), ro('/proc/irq')))"
+    )
+    result = run(make_job(source), fake_config(tmp_path, isolation=mode))
+    assert result.status == Status.OK, result.error
+    name, refused, self_ro, sys_ro, irq_ro = ast.literal_eval(result.candidate_meta["note"])
+    assert (name, self_ro) == ("named-by-test", False)
+    assert refused in ("PermissionError", "OSError")
+    if mode == "unshare":
+        assert (sys_ro, irq_ro) == (True, True)
