@@ -446,22 +446,15 @@ def _small_cuda_kernel() -> Any:
     return (preferred or cuda)[0]
 
 
-def _one_evaluation(kernel: Any, isolation: str, deadline: float, profile: bool = False) -> dict[str, Any]:
-    from agentforge.evaluator.api import evaluate, make_job
-    from agentforge.evaluator.result import Measure, TimingConfig
-
-    from agentforge.candidate import Candidate
-    from agentforge.kernel_library import kernel_task
-
-    task = kernel_task(kernel)
-    job = make_job(task, Candidate(kernel.source, backend=kernel.backend), device="cuda", shapes=("default",),
-                   measure=Measure(baselines=("eager",), profile=profile),
-                   timing=TimingConfig(warmup=2, min_reps=10, max_reps=30, time_cap_s=1.0))
-    started = time.monotonic()
-    result = evaluate(job, sandbox_config(isolation, timeout_s=left(deadline, 400.0)))
-    row: dict[str, Any] = {"kernel": f"{kernel.gpu}/{kernel.task_name}", "status": str(result.status.value),
+def evaluation_row(kernel_name: str, shape: str, result: Any, seconds: float, profile: bool = False) -> dict[str, Any]:
+    """What one sandboxed evaluation leaves in the report: enough to tell why it was not accepted
+    without another GPU call (each flag's rule and evidence, where the time went, the shape)."""
+    row: dict[str, Any] = {"kernel": kernel_name, "shape": shape, "status": str(result.status.value),
                            "accepted": result.accepted, "sandbox": result.provenance.sandbox,
-                           "seconds": round(time.monotonic() - started, 1), "speedup": result.speedup}
+                           "seconds": round(seconds, 1), "speedup": result.speedup,
+                           "stage_seconds": {k: round(v, 2) for k, v in result.provenance.stage_seconds.items()},
+                           "flags": [{"rule": f.rule, "severity": f.severity, "evidence": f.evidence[:400]}
+                                     for f in result.flags]}
     if result.error is not None:
         row["error"] = f"{result.error.type}: {result.error.message[:600]}"
     if profile and result.profile is not None:
@@ -470,6 +463,26 @@ def _one_evaluation(kernel: Any, isolation: str, deadline: float, profile: bool 
         row["profile_kernels"] = len(result.profile.kernels)
         row["profile_metrics"] = sorted(result.profile.totals)[:40]
     return row
+
+
+def _one_evaluation(kernel: Any, isolation: str, deadline: float, profile: bool = False) -> dict[str, Any]:
+    """One sandboxed evaluation on the task's smallest shape: it proves the sandbox and the
+    profiler, not the kernel's speed (the 1 GB default shape of a reference task spent 166 s in
+    correctness alone on an H200)."""
+    from agentforge.evaluator.api import evaluate, make_job
+    from agentforge.evaluator.result import Measure, TimingConfig
+
+    from agentforge.candidate import Candidate
+    from agentforge.kernel_library import kernel_task
+
+    task = kernel_task(kernel)
+    shape = task.smallest_shape()
+    job = make_job(task, Candidate(kernel.source, backend=kernel.backend), device="cuda", shapes=(shape,),
+                   measure=Measure(baselines=("eager",), profile=profile),
+                   timing=TimingConfig(warmup=2, min_reps=10, max_reps=30, time_cap_s=1.0))
+    started = time.monotonic()
+    result = evaluate(job, sandbox_config(isolation, timeout_s=left(deadline, 400.0)))
+    return evaluation_row(f"{kernel.gpu}/{kernel.task_name}", shape, result, time.monotonic() - started, profile)
 
 
 def step_isolation(state: dict[str, Any], deadline: float) -> dict[str, Any]:
@@ -731,7 +744,7 @@ def _detail(name: str, result: dict[str, Any]) -> str:
     if "error" in result and name != "reference":
         return f"error: {str(result['error'])[:200]}"
     if name == "isolation":
-        return "; ".join(f"{m}: {r.get('status', r.get('skipped', ''))[:80]}"
+        return "; ".join(f"{m}: {r.get('status', r.get('skipped', ''))[:80]}{_rules(r)}"
                          for m, r in result.get("modes", {}).items())
     if name == "profile":
         return f"available={result.get('profile_available')} {result.get('profile_reason', '')[:200]}"
@@ -739,6 +752,11 @@ def _detail(name: str, result: dict[str, Any]) -> str:
         return (f"{result.get('accepted', 0)} accepted of {result.get('measured')} measured ({result.get('of')} in "
                 f"all); torch.compile on {', '.join(result.get('compile_sample', [])) or 'none yet'}")
     return ""
+
+
+def _rules(row: dict[str, Any]) -> str:
+    rules = [f["rule"] for f in row.get("flags", [])]
+    return f" (flags: {', '.join(rules)})" if rules else ""
 
 
 def _pct(value: float | None) -> str:

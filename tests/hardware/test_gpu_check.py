@@ -224,6 +224,36 @@ def test_gpu_tests_share_gpu_checks_warm_build_cache() -> None:
     assert 'os.environ.get("AGENTFORGE_TEST_CACHE_DIR")' in exploits  # the gpu cases' sandboxes use it
 
 
+# ----- what an evaluation row keeps ---------------------------------------------------------------
+def test_an_evaluation_row_keeps_each_flags_rule_evidence_the_stage_seconds_and_the_shape() -> None:
+    """An H200 call ended `integrity_flag` without saying which rule: the row now says."""
+    from agentforge.evaluator.result import EvalProvenance, EvalResult, Flag, Stage, Status
+
+    module = _script()
+    result = EvalResult(task_name="t", candidate_hash="h", backend="cuda", status=Status.INTEGRITY_FLAG,
+                        stage=Stage.TIMING, flags=(Flag("output_alias", "returned an input's storage"),
+                                                   Flag("torch_fallback", "ran aten::softmax", "audit")),
+                        provenance=EvalProvenance(sandbox="process+unshare(...)",
+                                                  stage_seconds={"correctness": 2.345, "timing": 1.0}))
+    row = module.evaluation_row("h100/level1/x", "small", result, 3.21)
+    assert row["shape"] == "small" and row["seconds"] == 3.2
+    assert row["flags"] == [{"rule": "output_alias", "severity": "reject", "evidence": "returned an input's storage"},
+                            {"rule": "torch_fallback", "severity": "audit", "evidence": "ran aten::softmax"}]
+    assert row["stage_seconds"] == {"correctness": 2.35, "timing": 1.0}
+    detail = module._detail("isolation", {"modes": {"unshare": row}})
+    assert "flags: output_alias, torch_fallback" in detail
+
+
+def test_the_sandbox_steps_evaluate_a_reference_task_on_a_shape_smaller_than_its_default() -> None:
+    from agentforge.kernel_library import kernel_task, select_kernels
+
+    kernel = next(k for k in select_kernels("h100", None) if k.task_name == "level1/log_softmax_vocab")
+    task = kernel_task(kernel)
+    small = task.smallest_shape()
+    assert small != "default"
+    assert task.input_numel(small) < task.input_numel("default")
+
+
 # ----- clocks, and a CPU-only torch on a machine with a GPU -----------------------------------------
 def test_the_sm_clock_is_read_from_nvidia_smis_csv() -> None:
     gpu_check = _script()
