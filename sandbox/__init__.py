@@ -29,16 +29,18 @@ def run(job: EvalJob, config: SandboxConfig | None = None) -> EvalResult:
     return get_backend(config.kind, config).run(job)
 
 
-def prestart(config: SandboxConfig | None = None, *, device: str = "auto", backend: str = "auto") -> None:
+def prestart(config: SandboxConfig | None = None, *, device: str = "auto", backend: str = "auto",
+             compiles: bool = False) -> None:
     """Start a warm child now for a job on `device` with `backend` (as the job will name them;
     "auto" resolved as the backend resolves it), where the backend keeps spares (CPU jobs of the
     process backend). A command calls it first, before it imports torch itself: the child starts
-    Python and torch while the command reads and probes its task. Nothing is started otherwise."""
+    Python and torch while the command reads and probes its task. Nothing is started otherwise.
+    `compiles`: the job will time a torch.compile baseline, so the child imports Inductor too."""
     config = config or SandboxConfig()
     backend_impl = get_backend(config.kind, config)
     prestart_for = getattr(backend_impl, "prestart", None)
     if prestart_for is not None:
-        prestart_for(device, backend)
+        prestart_for(device, backend, compiles)
 
 
 def run_many(jobs: Sequence[EvalJob], config: SandboxConfig | None = None, workers: int = 1,

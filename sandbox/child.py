@@ -184,10 +184,11 @@ def _readable(fd: int) -> bool:
 
 def _warm_imports() -> None:
     """Inductor's compiler modules (about 2 s on two cores), imported after the worker is forked
-    (it stays without them) by a child whose request is not there yet: a spare between an agent's
-    candidates, whose torch.compile baseline then starts from imported modules. A child whose job
-    already waits (a command's own child, a suite's next job) reads it at once: most jobs of a
-    suite or an RL step time against eager only, and would pay the 2 s for nothing. Only with a
+    (it stays without them) by a child started with `--warm-compile` (its parent's last job, or the
+    command about to send one, times a torch.compile baseline) whose request is not there yet: a
+    spare between an agent's candidates, whose baseline then starts from imported modules. A child
+    whose job already waits (a suite's next job) reads it at once, and a spare after eager-only
+    jobs (an RL step, most suites) imports nothing more: they would pay the 2 s for nothing. Only with a
     CPU build of torch: elsewhere an import could reach the CUDA driver before the request says
     which device is this job's. (Imported on a thread beside the job instead, they slowed its
     correctness stage by as much as they saved: the judge's own work needs the interpreter's
@@ -319,6 +320,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="the job runs Triton in its interpreter: set before torch imports triton")
     parser.add_argument("--preload", action="store_true",
                         help="import torch before the request is read (a spare child does it while no job waits)")
+    parser.add_argument("--warm-compile", action="store_true",
+                        help="with --preload: import Inductor too while no request waits (the job will compile)")
     args = parser.parse_args(argv)
     if not args.io_dir and (args.request_fd is None or args.result_fd is None):
         parser.error("give --request-fd and --result-fd, or --io-dir")
@@ -328,7 +331,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.preload and not args.interpret:
         import torch  # noqa: F401 - imported now, before the request: no CUDA is initialised by it
     worker = _start_worker(args.interpret) if args.worker else None
-    if args.preload and not args.interpret and args.request_fd is not None and not _readable(args.request_fd):
+    if (args.preload and args.warm_compile and not args.interpret and args.request_fd is not None
+            and not _readable(args.request_fd)):
         _warm_imports()  # a spare with time to spare: no request is waiting yet
     data, send = _open_channel(args)
     limits.die_with_parent()

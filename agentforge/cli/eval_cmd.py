@@ -146,7 +146,7 @@ def _evaluate(task_ref: str, candidate: Path, flags: dict[str, Any], config: str
     from agentforge.sandbox.config import from_settings
 
     sandbox = from_settings(settings.sandbox, settings.cache_dir)
-    _prestart(settings, candidate, sandbox)  # its child imports torch while this process does
+    _prestart(settings, candidate, sandbox, timing and compile_baseline)  # its child imports torch as this does
     from agentforge.agent.preflight import PreflightError, check_text, prepare
     from agentforge.candidate import Candidate, guess_backend
     from agentforge.evaluator.api import default_device, evaluate, make_job
@@ -176,10 +176,11 @@ def _evaluate(task_ref: str, candidate: Path, flags: dict[str, Any], config: str
     return prepared.failed if prepared.failed is not None else evaluate(prepared.job, sandbox)
 
 
-def _prestart(settings: Settings, candidate: Path, sandbox: SandboxConfig) -> None:
+def _prestart(settings: Settings, candidate: Path, sandbox: SandboxConfig, compiles: bool) -> None:
     """The job's sandbox child, started before this process imports torch (about 3 s on two
-    cores): both imports then run at once. Device and backend are read as `_evaluate` reads them;
-    a GPU job or an unreadable candidate starts nothing here."""
+    cores): both imports then run at once, and Inductor's too when the job `compiles` a baseline.
+    Device and backend are read as `_evaluate` reads them; a GPU job or an unreadable candidate
+    starts nothing here."""
     from agentforge.candidate import guess_backend
     from agentforge.sandbox import prestart
 
@@ -192,7 +193,7 @@ def _prestart(settings: Settings, candidate: Path, sandbox: SandboxConfig) -> No
     device = settings.eval.device
     if device == "auto" and backend == "cpu":
         device = "cpu"
-    prestart(sandbox, device=device, backend=backend)
+    prestart(sandbox, device=device, backend=backend, compiles=compiles)
 
 
 def _refuse_without_cuda_source(settings: Settings, candidate: Path) -> None:

@@ -17,8 +17,9 @@ PROBE = r"""
 import json, os, sys
 import agentforge.sandbox as sandbox
 
-def prestart(config=None, *, device="auto", backend="auto"):
-    os.write(1, json.dumps({"torch": "torch" in sys.modules, "device": device, "backend": backend}).encode() + b"\n")
+def prestart(config=None, *, device="auto", backend="auto", compiles=False):
+    said = {"torch": "torch" in sys.modules, "device": device, "backend": backend, "compiles": compiles}
+    os.write(1, json.dumps(said).encode() + b"\n")
     os._exit(0)  # past the CLI's own handling of an exit
 
 sandbox.prestart = prestart
@@ -38,9 +39,17 @@ def _prestart_of(*args: str) -> dict[str, object] | None:
 
 def test_the_cpu_job_child_is_started_before_the_cli_imports_torch() -> None:
     said = _prestart_of("level1/relu", str(CANDIDATE), "--backend", "cpu", "--json")
-    assert said == {"torch": False, "device": "cpu", "backend": "cpu"}
+    assert said == {"torch": False, "device": "cpu", "backend": "cpu", "compiles": True}
 
 
 def test_the_backend_is_read_from_the_candidate_when_auto() -> None:
     said = _prestart_of("level1/relu", str(CANDIDATE), "--json")
     assert said is not None and said["backend"] == "cpu" and said["torch"] is False
+
+
+def test_the_child_of_an_eager_only_job_is_not_asked_to_import_inductor() -> None:
+    """Inductor's import (1.6 s of CPU) would only hold a `--no-compile-baseline` job's request."""
+    said = _prestart_of("level1/relu", str(CANDIDATE), "--backend", "cpu", "--no-compile-baseline", "--json")
+    assert said is not None and said["compiles"] is False and said["torch"] is False
+    said = _prestart_of("level1/relu", str(CANDIDATE), "--backend", "cpu", "--no-timing", "--json")
+    assert said is not None and said["compiles"] is False

@@ -132,3 +132,57 @@ def test_a_new_config_ends_the_spares_of_the_old_one(tmp_path: Path) -> None:
     spares.settle()
     assert first.proc.poll() is not None and not first.job_dir.exists()
     assert spares.count(old._spare_key()) == 0 and spares.count(new._spare_key()) == 1
+
+
+INDUCTOR_SEEN = "import sys\nRESULT_NOTE = 'torch._inductor.compile_fx' in sys.modules"
+
+
+def _blocked_reading(pgid: int) -> bool:
+    """Whether the sandbox child in process group `pgid` is blocked in read(2) (syscall 0 on
+    x86-64 and 63 on arm64): it waits for its request, with whatever it imports first done."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()
+            argv = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
+            if int(stat[2]) != pgid or argv[1:4] != [b"-P", b"-m", b"agentforge.sandbox.child"]:
+                continue  # (the reaper before it names the child in its own argv)
+            return Path(f"/proc/{entry.name}/syscall").read_text().split()[0] in ("0", "63")
+        except (OSError, IndexError, ValueError):
+            continue
+    return False
+
+
+def _idle_spare(backend: ProcessBackend) -> object:
+    spares.settle()
+    spare = spares.take(backend._spare_key())
+    assert spare is not None
+    deadline = time.monotonic() + 120
+    while not _blocked_reading(spare.proc.pid):
+        assert time.monotonic() < deadline, "the spare never came to wait for its request"
+        time.sleep(0.2)
+    spares.put(backend._spare_key(), spare)
+    return spare
+
+
+def test_a_spare_imports_inductor_only_after_a_job_that_compiled(tmp_path: Path) -> None:
+    """Inductor's import (1.6 s of CPU) is paid by a spare only when the last job timed a
+    torch.compile baseline: a run of eager-only jobs (an RL step, a lean suite) would otherwise pay
+    it in every spare, beside its jobs."""
+    from dataclasses import replace
+
+    from agentforge.evaluator.result import Measure
+
+    backend = ProcessBackend(fake_config(tmp_path, isolation="none", warm_spares=1, torch_switches=True))
+    eager_only = replace(make_job(INDUCTOR_SEEN), measure=Measure(baselines=("eager",)))
+    compiling = make_job(INDUCTOR_SEEN)  # the default measure times torch.compile too
+
+    assert note(backend.run(eager_only)) is False  # a child started at the job
+    spare = _idle_spare(backend)
+    assert "--warm-compile" not in spare.proc.args
+    assert note(backend.run(compiling)) is False  # that spare, idle before it, imported no Inductor
+
+    spare = _idle_spare(backend)
+    assert "--preload" in spare.proc.args and "--warm-compile" in spare.proc.args
+    assert note(backend.run(eager_only)) is True  # the spare after a compiling job had imported it
