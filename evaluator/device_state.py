@@ -33,9 +33,11 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-def unavailable_reason(device: torch.device) -> str | None:
+def unavailable_reason(device: torch.device, dev: str = "/dev") -> str | None:
     """Why a CUDA job cannot run on this machine (no GPU visible to torch, or fewer than its
-    index), in words a user can act on; None when it can, and for CPU jobs."""
+    index), in words a user can act on; None when it can, and for CPU jobs. Where the driver's
+    control node is there but CUDA does not start, the sandbox's confinement may be what hides the
+    card (as a read-only /proc did on an H200), and the reason says so."""
     if device.type != "cuda":
         return None
     index = device.index or 0
@@ -48,6 +50,11 @@ def unavailable_reason(device: torch.device) -> str | None:
     build = (f"torch {torch.__version__} is a CUDA {torch.version.cuda} build, but no NVIDIA GPU or driver is "
              "visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)" if torch.version.cuda else
              f"torch {torch.__version__} is a CPU-only build")
+    if torch.version.cuda and os.path.exists(os.path.join(dev, "nvidiactl")):
+        return (f"the job asks for {device} but CUDA does not start in this process although {dev}/nvidiactl is "
+                f"there (torch {torch.__version__}, CUDA {torch.version.cuda}): the sandbox's confinement may hide "
+                "the GPU. `agentforge doctor` runs cuInit under it (its `gpu in sandbox` line); `--isolation none` "
+                "tells whether it is the confinement")
     return (f"the job asks for {device} but this machine has no CUDA GPU: {build}. Without a GPU, ask for "
             "device cpu or auto: CUDA candidates then run in the CPU emulation or get the compile-only verdict")
 

@@ -282,6 +282,26 @@ def check_isolation(facts: Facts) -> Check:
                  "loopback up in their empty network namespace, for ncu)")
 
 
+def check_sandbox_gpu(facts: Facts) -> Check:
+    """cuInit inside the judge's own confinement (`sandbox/gpu_probe.py`): a mount tree, a uid or a
+    limit that hides the GPU shows here, not as every CUDA job's "no CUDA GPU" verdict."""
+    if facts.driver_cuda is None:
+        return Check("gpu in sandbox", INFO, "needs a GPU (cuInit under the sandbox's confinement)")
+    from agentforge.sandbox.gpu_probe import probe
+
+    result = probe("auto")
+    where = f"under {result.sandbox or result.mode}"
+    if result.ok:
+        return Check("gpu in sandbox", OK, f"cuInit 0 {where} as uid {result.uid}: {result.devices} device(s)")
+    if result.code is None:
+        return Check("gpu in sandbox", WARN, f"the probe could not ask the driver {where}: {result.detail}",
+                     "run `python -m agentforge.sandbox.gpu_probe none` to compare without isolation")
+    return Check("gpu in sandbox", FAIL, f"cuInit returned {result.code} ({result.detail}) {where}, as uid "
+                 f"{result.uid}: every CUDA job's judge would find no GPU",
+                 "compare `python -m agentforge.sandbox.gpu_probe none` with bwrap and unshare, and report it; "
+                 "meanwhile `--isolation none` runs CUDA jobs without namespaces")
+
+
 def check_loopback(facts: Facts) -> Check:
     from agentforge.evaluator.hardware import ncu
 
@@ -314,7 +334,7 @@ def check_persisting_l2(facts: Facts) -> Check:
 
 CHECKS: tuple[Callable[[Facts], Check], ...] = (
     check_python, check_torch, check_gpu, check_driver, check_nvcc, check_cuda_home, check_cupy, check_triton,
-    check_device_nodes, check_ncu, check_isolation, check_loopback, check_persisting_l2,
+    check_device_nodes, check_ncu, check_isolation, check_sandbox_gpu, check_loopback, check_persisting_l2,
 )
 
 

@@ -20,7 +20,7 @@ def test_doctor_runs_in_under_30_s_and_without_a_gpu_says_what_runs() -> None:
     names = [line.split(":")[0].split(None, 1)[1] for line in proc.stdout.splitlines()
              if line[:5].strip() in ("ok", "warn", "fail", "info")]
     assert names == ["python", "torch", "gpu", "driver", "nvcc", "cuda home", "cupy", "triton", "device nodes", "ncu",
-                     "sandbox", "loopback", "persisting L2"]
+                     "sandbox", "gpu in sandbox", "loopback", "persisting L2"]
     facts = doctor.gather()
     if not facts.gpu:
         assert proc.returncode == 0, proc.stdout + proc.stderr

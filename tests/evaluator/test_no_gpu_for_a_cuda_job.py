@@ -34,6 +34,20 @@ def test_cpu_jobs_and_visible_devices_are_not_refused() -> None:
 
 
 @needs_no_gpu
+def test_a_cuda_build_beside_the_drivers_node_names_the_confinement(tmp_path: Path, monkeypatch) -> None:
+    """On an H200 the sandbox's read-only /proc kept cuInit from starting, and every CUDA job said the
+    machine had no GPU. With the driver's control node present, the reason now points at the
+    confinement and at the doctor's line that tests it."""
+    monkeypatch.setattr(torch.version, "cuda", "13.0")  # as a CUDA build of torch reads (this one is CPU-only)
+    (tmp_path / "nvidiactl").touch()
+    said = device_state.unavailable_reason(torch.device("cuda", 0), dev=str(tmp_path)) or ""
+    assert "confinement may hide the GPU" in said and "gpu in sandbox" in said and "--isolation none" in said
+    (tmp_path / "nvidiactl").unlink()
+    said = device_state.unavailable_reason(torch.device("cuda", 0), dev=str(tmp_path)) or ""
+    assert "no CUDA GPU" in said and "no NVIDIA GPU or driver" in said
+
+
+@needs_no_gpu
 def test_a_cuda_job_without_a_gpu_is_refused_as_the_machines_lack() -> None:
     job = make_job(load_task("level1/relu"), Candidate(HONEST.read_text(), backend="cuda"), device="cuda",
                    shapes=("small",))
