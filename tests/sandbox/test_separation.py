@@ -104,3 +104,58 @@ def test_an_honest_openmp_candidate_on_two_threads_is_timed_sealed(tmp_path: Pat
     assert not {f.rule for f in result.flags} & {"refused_syscall", "worker_unsealed", "thread_oversubscription"}
     separation = result.provenance.track_settings["separation"]
     assert separation["sealed"] == "installed" and separation["not_protected"] == []
+
+
+# The worker, as a candidate that read the /proc change (its own files writable under unshare, as
+# under bwrap), tries the judge's /proc files and the kernel's. Each write puts back what it read,
+# so a write that went through would change nothing on the host; none may go through.
+PROC_WRITES = r'''
+import json
+import os
+
+import torch
+from torch import nn
+
+
+def _write(path, data=None):
+    try:
+        if data is None:
+            with open(path, "rb") as f:
+                data = f.read()
+        with open(path, "wb", buffering=0) as f:
+            f.write(data)
+        return "written"
+    except OSError as exc:
+        return f"error {exc.errno}"
+
+
+def _attempts():
+    judge = os.getppid()
+    tried = {name: _write(f"/proc/{judge}/{name}", b"0" if name == "mem" else None)
+             for name in ("mem", "oom_score_adj", "comm", "timerslack_ns", "coredump_filter", "clear_refs")}
+    for path in ("/proc/sys/vm/swappiness", "/proc/sys/kernel/hostname", "/proc/irq/default_smp_affinity"):
+        tried[path] = _write(path)
+    tried["/proc/sysrq-trigger"] = _write("/proc/sysrq-trigger", b"h")
+    tried["own comm"] = _write("/proc/self/comm", b"worker")
+    return tried
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        raise RuntimeError("TRIED " + json.dumps(_attempts()))
+
+    def forward(self, x):
+        return torch.relu(x)
+'''
+
+
+@needs_root_isolation
+@pytest.mark.parametrize("mode", [m for m in isolation.ISOLATING_MODES if not isolation.probe(m)])
+def test_the_worker_writes_none_of_the_judges_or_the_kernels_proc_files(tmp_path: Path, mode: str) -> None:
+    job = make_job(RELU, Candidate(PROC_WRITES, backend="cpu"), device="cpu", measure=Measure(timing=False))
+    result = evaluate(job, dataclasses.replace(_config(tmp_path), isolation=mode))
+    assert result.status == Status.RUNTIME_ERROR and result.error is not None, result.summary()
+    tried = json.loads(result.error.message.split("TRIED ", 1)[1])
+    assert tried.pop("own comm") == "written"  # its own files are its own, as a driver needs
+    assert [name for name, outcome in tried.items() if outcome == "written"] == [], tried
