@@ -5,6 +5,7 @@ tier honest: see README, Contributing)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -127,9 +128,18 @@ def _refuse(what: str) -> None:
                              "the logic without the process")
 
 
+def _build_font_cache() -> None:
+    """Matplotlib lists the machine's fonts with `fc-list` once per machine, at its first use (a
+    plot in a report): done here, before processes are refused, so that on a fresh machine the
+    first test to draw is not refused for the library's one-time set-up."""
+    with contextlib.suppress(ImportError):
+        import matplotlib.font_manager  # noqa: F401 - builds and saves the cache on import
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if not config.getoption("--refuse-processes"):
         return
+    _build_font_cache()
     execute_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]
     fork = os.fork
 
