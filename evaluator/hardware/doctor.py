@@ -275,11 +275,31 @@ def check_isolation(facts: Facts) -> Check:
 
     modes = {mode: isolation.probe(mode) for mode in isolation.ISOLATING_MODES}
     working = [m for m, why in modes.items() if why is None]
+    as_root = none_runs_as_root()
     if not working:
         why = "; ".join(f"{m}: {r}" for m, r in modes.items())
-        return Check("sandbox", WARN, f"no isolation works here ({why})", "apt-get install -y bubblewrap")
+        return Check("sandbox", WARN, f"no isolation works here ({why})" + (f"; {as_root}" if as_root else ""),
+                     "apt-get install -y bubblewrap")
     return Check("sandbox", OK, f"isolation auto = {working[0]} (working: {', '.join(working)}; both bring "
-                 "loopback up in their empty network namespace, for ncu)")
+                 "loopback up in their empty network namespace, for ncu)"
+                 + (f"; an explicit `--isolation none` {as_root}" if as_root else ""))
+
+
+def none_runs_as_root(paths: list[str] | None = None) -> str | None:
+    """What `--isolation none` would do as root where the sandbox uid cannot reach the interpreter
+    (no mount namespace can mask the ancestor that blocks it): run every candidate as uid 0. None
+    when it drops to the sandbox uid, or when this process is not root. `paths`: what the child
+    reads (by default this interpreter's, as `isolation.plan` checks them)."""
+    from agentforge.sandbox import isolation
+
+    if not isolation.is_root():
+        return None
+    for path in paths if paths is not None else isolation.child_paths(sys.executable, ()):
+        blocked = isolation.blocking_ancestor(path, SANDBOX_UID)
+        if blocked:
+            return (f"would run candidates as root (uid 0): uid {SANDBOX_UID} cannot traverse {blocked}, "
+                    f"above {path}")
+    return None
 
 
 def check_sandbox_gpu(facts: Facts) -> Check:

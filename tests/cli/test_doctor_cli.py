@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+import pytest
 from agentforge.evaluator.hardware import doctor
 
 AGENTFORGE = str(Path(sys.executable).parent / "agentforge")
@@ -93,3 +97,20 @@ def test_the_doctor_module_imports_only_the_standard_library_and_torch() -> None
             "print(bad)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip() == "[]", proc.stderr[-2000:]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can stay root under isolation none")
+def test_the_doctor_says_when_isolation_none_would_run_candidates_as_root() -> None:
+    """On the H200 image the checkout sat under a folder uid 65534 cannot traverse, so an explicit
+    `--isolation none` kept every candidate at uid 0; the doctor now says so."""
+    root = Path(tempfile.mkdtemp(prefix="doctor-none-", dir="/tmp"))  # not under pytest's 0700 folder
+    try:
+        root.chmod(0o755)
+        (root / "open" / "env").mkdir(parents=True)
+        (root / "locked" / "env").mkdir(parents=True)
+        (root / "locked").chmod(0o700)
+        assert doctor.none_runs_as_root([str(root / "open" / "env")]) is None
+        said = doctor.none_runs_as_root([str(root / "open" / "env"), str(root / "locked" / "env")])
+        assert said is not None and "as root (uid 0)" in said and f"cannot traverse {root / 'locked'}," in said
+    finally:
+        shutil.rmtree(root)
