@@ -138,8 +138,9 @@ INDUCTOR_SEEN = "import sys\nRESULT_NOTE = 'torch._inductor.compile_fx' in sys.m
 
 
 def _blocked_reading(pgid: int) -> bool:
-    """Whether the sandbox child in process group `pgid` is blocked in read(2) (syscall 0 on
-    x86-64 and 63 on arm64): it waits for its request, with whatever it imports first done."""
+    """Whether the sandbox child in process group `pgid` is blocked in read(2) (syscall 0 on x86-64,
+    63 on arm64) on its request pipe: it waits for its request, whatever it imports first done. (A
+    read of a module's file during an import is a read too, on another descriptor.)"""
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -148,7 +149,9 @@ def _blocked_reading(pgid: int) -> bool:
             argv = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
             if int(stat[2]) != pgid or argv[1:4] != [b"-P", b"-m", b"agentforge.sandbox.child"]:
                 continue  # (the reaper before it names the child in its own argv)
-            return Path(f"/proc/{entry.name}/syscall").read_text().split()[0] in ("0", "63")
+            request_fd = int(argv[argv.index(b"--request-fd") + 1])
+            call = Path(f"/proc/{entry.name}/syscall").read_text().split()
+            return call[0] in ("0", "63") and int(call[1], 16) == request_fd
         except (OSError, IndexError, ValueError):
             continue
     return False
