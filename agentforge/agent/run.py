@@ -27,6 +27,7 @@ from typing import Any
 from agentforge.agent.artifacts import ArtifactStore
 from agentforge.agent.nodes import TASK_ERROR_STOP
 from agentforge.agent.report import write_outputs
+from agentforge.agent.spec import RunSpec
 from agentforge.candidate import Candidate
 from agentforge.evaluator.result import EvalResult, Measure, TimingConfig
 from agentforge.llm.base import Provider
@@ -66,28 +67,25 @@ class RunSummary:
 
 
 def optimize(
-    task_ref: str | None, settings: Settings, *, resume: str | None = None, run_id: str | None = None,
-    review: bool = False, approve: Callable[[dict[str, Any]], bool] | None = None,
+    task_ref: str | None, settings: Settings, spec: RunSpec | None = None, *, resume: str | None = None,
+    run_id: str | None = None, approve: Callable[[dict[str, Any]], bool] | None = None,
     on_progress: Callable[[dict[str, Any]], None] | None = None,
     provider: Provider | None = None, evaluate: Evaluate | None = None, kernels_root: Path | None = None,
-    baselines: Sequence[str] = ("eager", "compile"), timing: TimingConfig | None = None,
-    compile_modes: Sequence[str] | None = None, limits: dict[str, Any] | None = None, shapes: Sequence[str] = (),
+    limits: dict[str, Any] | None = None,
     on_activity: Callable[[str], None] | None = None, on_retry: Callable[[str], None] | None = None,
-    candidates: int = 1, beam: int = 1, skills: bool = True, exemplars: bool = True,
     check: Evaluate | None = None, on_note: Callable[[str], None] | None = None,
 ) -> RunSummary:
     """Run (or with `resume`, continue) the coder/judge loop on a task until a budget stops it.
 
-    A resumed run keeps what it started with (task, backend, provider and models, budgets, what
-    is measured); `limits` overrides budgets (`{"max_rounds": 20}` extends a run). `shapes` limits
-    the shape variants checked (default: all); the first one is the one timed.
-    `approve` answers the review question when `review` is on (None: the run pauses and a later
+    `spec` (`agent/spec.py`): what is measured (baselines, compile modes, timing, the shapes checked,
+    the first one timed) and how the run searches (candidates per round from a beam of the best
+    kernels; technique notes and exemplars in the coder's prompt; review pauses). A resumed run
+    keeps the spec, task, backend, provider, models and budgets it started with (a `review` asked
+    for now is added); `limits` overrides budgets (`{"max_rounds": 20}` extends a run).
+    `approve` answers the review question when review is on (None: the run pauses and a later
     `resume` asks again). `provider` and `evaluate` replace the configured ones (tests, notebooks).
     `on_progress` hears each finished step; `on_activity` hears, in one line, what starts now (a
     model call, an evaluation); `on_retry` (else `on_activity`) each retry of a model call.
-    `candidates` proposals per round from a `beam` of the best kernels: above 1, the parallel
-    search (`agent/search.py`). `skills` and `exemplars` put technique notes and the results
-    store's scored kernels of similar tasks into the coder's prompt (`agent/knowledge.py`).
     `check` (build and correctness, no timing) lets the search check a round's candidates at once
     when `evaluate` is given; the sandboxed evaluator brings its own. `on_note` hears, once, what
     the preflight decided for the user to know (a derived CPU shape; what runs without a GPU).
@@ -103,21 +101,15 @@ def optimize(
         if not (run_dir / "run.json").is_file():
             raise RunError(f"no run {resume!r} under {runs_dir} (set --out to the folder that holds it)")
         meta = json.loads((run_dir / "run.json").read_text())
-        review = review or bool(meta.get("review"))
+        saved = RunSpec.from_meta(meta)
+        spec = dataclasses.replace(saved, review=saved.review or bool(spec and spec.review))
         settings = _with_run_provider(settings, meta)
         settings = dataclasses.replace(settings, agent=dataclasses.replace(settings.agent, **meta["agent"]))
-        baselines = tuple(meta.get("baselines", baselines))
-        compile_modes = meta.get("compile_modes")
-        timing = TimingConfig(**meta["timing"]) if meta.get("timing") else None
-        shapes = tuple(meta.get("shapes") or ())
-        search = meta.get("search") or {}
-        candidates, beam = int(search.get("candidates", 1)), int(search.get("beam", 1))
-        knowledge = meta.get("knowledge") or {}
-        skills, exemplars = bool(knowledge.get("skills", skills)), bool(knowledge.get("exemplars", exemplars))
     else:
         if task_ref is None:
             raise RunError("name a task, or --resume RUN_ID")
         meta = {}
+        spec = spec or RunSpec()
     if limits:
         settings = dataclasses.replace(settings, agent=dataclasses.replace(settings.agent, **limits))
     task = _read_task(meta.get("task_ref", task_ref), settings)
@@ -125,7 +117,7 @@ def optimize(
     device = meta.get("device") or _device(settings, backend)
     file_hash = task.source_hash  # the file's own: a derived CPU shape appended below is not in it
     if evaluate is None:  # the sandboxed evaluator: check the task before any round is paid for
-        task, notes = _preflight(task, settings, backend, device, tuple(shapes), tuple(baselines))
+        task, notes = _preflight(task, settings, backend, device, spec.shapes, spec.baselines)
         for note in notes:
             (on_note or (lambda line: None))(note)
     if provider is None:
@@ -133,10 +125,10 @@ def optimize(
 
         provider = make_provider(settings.provider, task_name=task.name, backend=backend,
                                  gpu=_gpu_slug(device), kernels_root=kernels_root)
-    if provider.name == "library" and candidates > 1:
+    if provider.name == "library" and spec.candidates > 1:
         # It proposes its shipped variants one by one, the next untried each time: N calls at once
         # would all get the same one.
-        candidates, beam = 1, 1
+        spec = dataclasses.replace(spec, candidates=1, beam=1)
     hears = on_retry or on_activity
     if hears is not None and hasattr(provider, "on_retry") and provider.on_retry is None:
         provider.on_retry = hears
@@ -148,16 +140,12 @@ def optimize(
         run_dir.mkdir(parents=True, exist_ok=False)
         meta = {
             "run_id": run_id, "task_ref": str(task.path or task_ref), "task_name": task.name,
-            "task_hash": file_hash, "backend": backend, "device": device, "review": review,
+            "task_hash": file_hash, "backend": backend, "device": device,
             "device_spec": describe_device(device), "provider": provider.name,
             **models,
             "base_url": settings.provider.base_url, "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "agent": dataclasses.asdict(settings.agent), "baselines": list(baselines),
-            "compile_modes": list(compile_modes) if compile_modes else None,
-            "timing": dataclasses.asdict(timing) if timing else None, "shapes": list(shapes),
+            "agent": dataclasses.asdict(settings.agent), **spec.to_meta(),
             "derived_shape": getattr(task, "derived_shape", None),
-            "search": {"candidates": candidates, "beam": beam},
-            "knowledge": {"skills": skills, "exemplars": exemplars},
         }
         (run_dir / "run.json").write_text(json.dumps(meta, indent=1))
     else:
@@ -167,22 +155,20 @@ def optimize(
 
     store = ArtifactStore(run_dir / "objects")
     conn = sqlite3.connect(str(run_dir / "checkpoints.sqlite"), check_same_thread=False)
-    if candidates < 1 or beam < 1:
-        raise RunError(f"--candidates and --beam must be at least 1 (got {candidates} and {beam})")
     if evaluate is None:
-        check = _sandboxed_evaluate(settings, device, (), None, tuple(shapes), timed=False)
+        check = _sandboxed_evaluate(settings, device, (), None, spec.shapes, timed=False)
     from agentforge.agent.knowledge import Knowledge
 
     try:
-        graph = (build_search_graph if candidates > 1 or beam > 1 else build_graph)(
+        graph = (build_search_graph if spec.candidates > 1 or spec.beam > 1 else build_graph)(
             SqliteSaver(conn), provider, store=store, task=task, backend=backend,
-            evaluate=evaluate or _sandboxed_evaluate(settings, device, tuple(baselines), timing, tuple(shapes),
-                                                     compile_modes=compile_modes),
-            check=check, candidates=candidates, beam_width=beam,
-            knowledge=Knowledge.for_run(task, backend, settings, skills=skills, exemplars=exemplars),
+            evaluate=evaluate or _sandboxed_evaluate(settings, device, spec.baselines, spec.timing, spec.shapes,
+                                                     compile_modes=spec.compile_modes),
+            check=check, candidates=spec.candidates, beam_width=spec.beam,
+            knowledge=Knowledge.for_run(task, backend, settings, skills=spec.skills, exemplars=spec.exemplars),
             limits=settings.agent, device_spec=meta["device_spec"],
-            planned_rounds=getattr(provider, "planned_rounds", None), review=review,
-            shape_note=describe_shapes(task, backend, tuple(shapes), settings.eval.track), notify=on_activity,
+            planned_rounds=getattr(provider, "planned_rounds", None), review=spec.review,
+            shape_note=describe_shapes(task, backend, spec.shapes, settings.eval.track), notify=on_activity,
             finish=lambda state: write_outputs(run_dir, state, store, meta),
         )
         config = {"configurable": {"thread_id": run_id}}

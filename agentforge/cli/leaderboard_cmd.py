@@ -299,8 +299,10 @@ def _optimizer(settings: Any, entry: str, suite: str, options: Any, baselines: t
     modes = options.measure.compile_modes if options.measure is not None else ()
     evaluate = gated_evaluate(settings, DeviceGate(), options.device, baselines=baselines, shapes=options.shapes,
                               timing=options.timing, compile_modes=modes)
-    same = {"evaluate": evaluate, "baselines": baselines, "shapes": options.shapes, "timing": options.timing,
-            "compile_modes": modes or None}
+    from agentforge.agent.spec import RunSpec
+
+    spec = RunSpec(baselines=baselines, shapes=tuple(options.shapes or ()), timing=options.timing,
+                   compile_modes=tuple(modes) or None)
 
     def optimise(task: Any) -> OptimizeOutcome:
         from agentforge.agent.run import optimize
@@ -309,9 +311,9 @@ def _optimizer(settings: Any, entry: str, suite: str, options: Any, baselines: t
         started = time.monotonic()
         if (Path(settings.runs_dir).expanduser() / run_id / "run.json").is_file():
             limits = {"max_rounds": max_rounds} if max_rounds is not None else None
-            summary = optimize(None, settings, resume=run_id, limits=limits, **same)
+            summary = optimize(None, settings, spec, resume=run_id, limits=limits, evaluate=evaluate)
         else:
-            summary = optimize(str(task.path), settings, run_id=run_id, **same)
+            summary = optimize(str(task.path), settings, spec, run_id=run_id, evaluate=evaluate)
         return outcome_from_summary(summary, minutes=(time.monotonic() - started) / 60.0)
 
     return optimise

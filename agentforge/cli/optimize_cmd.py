@@ -76,6 +76,7 @@ def optimize_command(
     )
     check_sandbox(settings)
     from agentforge.agent.run import RunError, optimize
+    from agentforge.agent.spec import RunSpec, RunSpecError
     from agentforge.cli import errors
     from agentforge.evaluator.result import TimingConfig
     from agentforge.llm.base import ProviderError, ProviderUnavailable
@@ -91,17 +92,16 @@ def optimize_command(
     approve = None if as_json or not sys.stdin.isatty() else _ask
     try:
         with view:
+            spec = RunSpec(baselines=("eager", "compile") if compile_baseline else ("eager",),
+                           timing=TimingConfig(**QUICK_TIMING) if quick else None,
+                           compile_modes=QUICK_COMPILE_MODES if quick else None, shapes=tuple(shape or ()),
+                           candidates=candidates, beam=beam, skills=skills, exemplars=exemplars, review=review)
             summary = optimize(
-                task, settings, resume=resume, review=review, approve=approve, on_progress=view.update,
-                baselines=("eager", "compile") if compile_baseline else ("eager",),
-                timing=TimingConfig(**QUICK_TIMING) if quick else None,
-                compile_modes=QUICK_COMPILE_MODES if quick else None,
-                shapes=tuple(shape or ()),
+                task, settings, spec, resume=resume, approve=approve, on_progress=view.update,
                 limits=_explicit_limits(max_rounds, max_cost_usd, max_minutes, target) if resume else None,
                 on_activity=view.activity, on_retry=view.retry, on_note=view.note,
-                candidates=candidates, beam=beam, skills=skills, exemplars=exemplars,
             )
-    except (RunError, ProviderError, TaskLoadError) as exc:
+    except (RunError, RunSpecError, ProviderError, TaskLoadError) as exc:
         if as_json:
             print(json.dumps({"error": str(exc)}))
         else:

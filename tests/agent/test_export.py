@@ -17,6 +17,7 @@ from agentforge.evaluator.result import TimingConfig
 from typer.testing import CliRunner
 
 from agentforge.agent.run import optimize
+from agentforge.agent.spec import RunSpec
 from agentforge.cli import app
 from agentforge.settings import Settings
 
@@ -62,8 +63,8 @@ def honest_run(tmp_path_factory, scripted, kernels) -> tuple[Path, str]:
     settings.agent.max_rounds = 1
     with scripted.ScriptedServer([scripted.Reply(kernels.fenced(kernels.FAST))]) as server:
         settings.provider.base_url = server.openai_base_url
-        summary = optimize(str(task), settings, baselines=("eager",),
-                           timing=TimingConfig(max_reps=20, time_cap_s=0.5))
+        spec = RunSpec(baselines=("eager",), timing=TimingConfig(max_reps=20, time_cap_s=0.5))
+        summary = optimize(str(task), settings, spec)
     assert summary.best is not None, summary.history
     return root, summary.run_id
 

@@ -18,6 +18,7 @@ from agentforge.agent.knowledge import (
     task_tags,
 )
 from agentforge.agent.run import optimize
+from agentforge.agent.spec import RunSpec
 from agentforge.settings import Settings
 
 ATTENTION = '''
@@ -137,8 +138,8 @@ def test_notes_and_exemplars_reach_the_coder_and_the_report(tmp_path, relu_task,
     off = Settings(runs_dir=str(tmp_path / "runs2"), results_url=url)
     off.eval.backend, off.agent.max_rounds = "cpu", 1
     provider = kernels.FakeProvider([kernels.fenced(kernels.fake_kernel("new", us=30))])
-    summary = optimize(str(relu_task), off, provider=provider, evaluate=kernels.fake_evaluate, skills=False,
-                       exemplars=False)
+    summary = optimize(str(relu_task), off, RunSpec(skills=False, exemplars=False), provider=provider,
+                       evaluate=kernels.fake_evaluate)
     assert "knowledge" not in summary.history[0]
     report = Path(summary.outputs["report"]).read_text()
     assert "switched off (--no-skills)" in report and "switched off (--no-exemplars)" in report

@@ -12,6 +12,7 @@ from agentforge.evaluator.result import TimingConfig
 from typer.testing import CliRunner
 
 from agentforge.agent.run import optimize
+from agentforge.agent.spec import RunSpec
 from agentforge.settings import Settings
 
 KERNEL = '''import ctypes
@@ -54,8 +55,8 @@ def test_library_provider_end_to_end(tmp_path: Path, kernels):
     settings.eval.backend = "cpu"
     settings.eval.profile = False
     settings.sandbox.isolation = "none"
-    summary = optimize("level1/relu_lib", settings, kernels_root=tmp_path / "kernels", baselines=("eager",),
-                       timing=TimingConfig(max_reps=40, time_cap_s=1.0))
+    spec = RunSpec(baselines=("eager",), timing=TimingConfig(max_reps=40, time_cap_s=1.0))
+    summary = optimize("level1/relu_lib", settings, spec, kernels_root=tmp_path / "kernels")
 
     assert summary.provider == "library" and "offline `library` provider" in summary.notice
     assert summary.rounds == 2 and "every one of the provider's 2 proposals" in summary.stop_reason

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentforge.agent.run import optimize
+from agentforge.agent.spec import RunSpec
 from agentforge.settings import Settings
 
 NO_KERNEL = '''import torch
@@ -31,7 +32,8 @@ def _run(tmp_path: Path, relu_task: Path, kernels, coder: list[str], **kw):
         return kernels.fake_evaluate(task, candidate)
 
     provider = kernels.FakeProvider([kernels.fenced(c) for c in coder])
-    summary = optimize(str(relu_task), settings, provider=provider, evaluate=evaluate, **kw)
+    spec = RunSpec(shapes=kw.pop("shapes", ()))
+    summary = optimize(str(relu_task), settings, spec, provider=provider, evaluate=evaluate, **kw)
     coder_prompts = [p for role, p in provider.prompts if role == "coder"]
     return summary, coder_prompts, evaluated
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentforge.agent.run import optimize
+from agentforge.agent.spec import RunSpec
 from agentforge.settings import Settings
 
 
@@ -17,7 +18,8 @@ def _run(tmp_path: Path, relu_task: Path, kernels, coder: list[str], judge: list
     for key, value in agent.items():
         setattr(settings.agent, key, value)
     provider = kernels.FakeProvider([kernels.fenced(c) for c in coder], judge)
-    summary = optimize(str(relu_task), settings, provider=provider, evaluate=kernels.fake_evaluate, **kw)
+    spec = RunSpec(review=kw.pop("review", False))
+    summary = optimize(str(relu_task), settings, spec, provider=provider, evaluate=kernels.fake_evaluate, **kw)
     return summary, provider
 
 

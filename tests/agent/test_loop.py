@@ -11,6 +11,7 @@ from agentforge.evaluator.result import TimingConfig
 
 from agentforge.agent.artifacts import ArtifactStore
 from agentforge.agent.run import optimize
+from agentforge.agent.spec import RunSpec
 from agentforge.settings import Settings
 
 QUICK = TimingConfig(max_reps=40, time_cap_s=1.0)
@@ -54,7 +55,7 @@ def test_compile_error_repair_optimise_no_code_429_and_crash(
     with scripted.ScriptedServer(script) as server:
         settings = _settings(tmp_path, "openai", server.openai_base_url, max_rounds=5)
         views: list[dict] = []
-        summary = optimize(str(relu_task), settings, baselines=("eager",), timing=QUICK,
+        summary = optimize(str(relu_task), settings, spec=RunSpec(baselines=("eager",), timing=QUICK),
                            on_progress=views.append)
 
     statuses = [r["status"] for r in summary.history]
@@ -136,7 +137,7 @@ def test_plateau_budget_with_a_real_evaluation(tmp_path, relu_task, scripted, ke
     with scripted.ScriptedServer(script) as server:
         summary = optimize(str(relu_task), _settings(tmp_path, "openai", server.openai_base_url,
                                                      plateau_rounds=1),
-                           baselines=("eager",), timing=QUICK)
+                           spec=RunSpec(baselines=("eager",), timing=QUICK))
     assert [r["status"] for r in summary.history] == ["ok", "no_code"]
     assert summary.stop_reason == "plateau: no improvement in 1 rounds"
     assert summary.best["round"] == 1 and summary.best["speedup"] > 0
@@ -151,7 +152,7 @@ def test_anthropic_path(tmp_path, relu_task, scripted, kernels, round_script):
     with scripted.ScriptedServer(script) as server:
         settings = _settings(tmp_path, "anthropic", server.root, max_rounds=2)
         settings.provider.judge_model = "claude-haiku-4-5"
-        summary = optimize(str(relu_task), settings, baselines=("eager",), timing=QUICK)
+        summary = optimize(str(relu_task), settings, spec=RunSpec(baselines=("eager",), timing=QUICK))
     assert {r.api for r in server.log} == {"anthropic"}
     assert [r.model for r in server.log if r.status == 200] == [
         "claude-sonnet-4-6", "claude-haiku-4-5", "claude-sonnet-4-6"]

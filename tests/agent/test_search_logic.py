@@ -15,6 +15,7 @@ import pytest
 from agentforge.agent.batch_eval import TimingGate, evaluate_batch
 from agentforge.agent.beam import allocate
 from agentforge.agent.run import optimize
+from agentforge.agent.spec import RunSpec
 from agentforge.settings import Settings
 
 _ROUND = re.compile(r"^Round: (\d+)", re.M)
@@ -100,8 +101,8 @@ def test_beam_search_tree_budget_and_resume(tmp_path, relu_task, kernels):
     settings = _settings(tmp_path, max_rounds=2)
     provider.crash_on = ("judge", 1)
     with pytest.raises(KeyboardInterrupt):
-        optimize(str(relu_task), settings, provider=provider, evaluate=kernels.fake_evaluate,
-                 candidates=4, beam=2, run_id="search")
+        optimize(str(relu_task), settings, RunSpec(candidates=4, beam=2), provider=provider,
+                 evaluate=kernels.fake_evaluate, run_id="search")
     first = _checkpointed(settings, "search")
     assert [r["node"] for r in first.history] == ["r1c1", "r1c2", "r1c3", "r1c4"]
     assert [r["status"] for r in first.history] == ["ok", "compile_error", "ok", "ok"]
@@ -146,7 +147,8 @@ def test_failures_are_carried_for_repair_and_knowledge_switches_off(tmp_path, re
         ("coder", 2, 1): kernels.fenced(k("x2", us=25)),
     }, default_judge=kernels.repair_verdict("missing semicolon"))
     summary = optimize(str(relu_task), _settings(tmp_path, max_rounds=2), provider=provider,
-                       evaluate=kernels.fake_evaluate, candidates=2, beam=2, skills=False, exemplars=False)
+                       evaluate=kernels.fake_evaluate,
+                       spec=RunSpec(candidates=2, beam=2, skills=False, exemplars=False))
     round2 = [r for r in summary.history if r["round"] == 2]
     assert {r["parent"] for r in round2} == {"r1c1", "r1c2"}  # each failure repaired by its own line
     assert {r["mode"] for r in round2} == {"repair"}
@@ -213,7 +215,7 @@ def test_the_library_provider_searches_one_candidate_per_round(tmp_path, relu_ta
     provider = kernels.FakeProvider([kernels.fenced(kernels.fake_kernel("v1", us=30))])
     provider.name = "library"
     summary = optimize(str(relu_task), _settings(tmp_path, max_rounds=1), provider=provider,
-                       evaluate=kernels.fake_evaluate, candidates=4, beam=2)
+                       evaluate=kernels.fake_evaluate, spec=RunSpec(candidates=4, beam=2))
     meta = json.loads((Path(summary.run_dir) / "run.json").read_text())
     assert meta["search"] == {"candidates": 1, "beam": 1}
     assert len(summary.history) == 1 and "node" not in summary.history[0]

@@ -15,6 +15,7 @@ import pytest
 from agentforge.evaluator.result import TimingConfig
 
 from agentforge.agent.run import _sandboxed_evaluate, optimize
+from agentforge.agent.spec import RunSpec
 from agentforge.settings import Settings
 
 QUICK = TimingConfig(max_reps=40, time_cap_s=1.0)
@@ -96,7 +97,7 @@ def test_four_candidates_find_the_fast_kernel_a_round_earlier_at_sublinear_cost(
         single = optimize(str(relu_task), settings, **_sandboxed(settings))
     with scripted.ScriptedServer(four) as server:
         settings = _settings(tmp_path, "n4", server.openai_base_url, 1)
-        search = optimize(str(relu_task), settings, candidates=4, beam=2, **_sandboxed(settings))
+        search = optimize(str(relu_task), settings, spec=RunSpec(candidates=4, beam=2), **_sandboxed(settings))
 
     # After one round, N=4 has the vectorised kernel and N=1 the scalar one.
     assert [r["status"] for r in single.history] == ["ok"]

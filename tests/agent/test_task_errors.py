@@ -14,6 +14,7 @@ import pytest
 from agentforge.evaluator.result import ErrorRecord, EvalResult, Stage, Status
 
 from agentforge.agent.run import RunError, optimize
+from agentforge.agent.spec import RunSpec
 from agentforge.settings import Settings
 from tests.fixtures import relu
 
@@ -104,7 +105,7 @@ def test_a_task_that_hangs_at_import_is_refused_within_the_sandbox_timeout(tmp_p
 def test_an_unknown_shape_and_a_shape_too_large_are_refused_before_any_llm_call(tmp_path, relu_task, kernels):
     provider = kernels.FakeProvider([])
     with pytest.raises(RunError, match=r"relu_task has no shape 'huge'; its shapes: default, odd"):
-        optimize(str(relu_task), _settings(tmp_path), provider=provider, shapes=("huge",))
+        optimize(str(relu_task), _settings(tmp_path), provider=provider, spec=RunSpec(shapes=("huge",)))
     with pytest.raises(RunError, match=r"level1/broken: 'default' needs about .* GiB .*; shapes that fit: small"):
         optimize(str(_write(tmp_path, HUGE_DEFAULT)), _settings(tmp_path), provider=provider)
     assert provider.prompts == []
@@ -116,8 +117,8 @@ def test_e2e_with_the_evaluators_task_check_a_broken_get_inputs_stops_optimize_a
     (sizing on the meta device fails, so it leaves the verdict to the evaluator), the evaluator's
     task check finds it in round 1, and the run stops there."""
     provider = kernels.FakeProvider([kernels.fenced(kernels.FAST)] * 3)
-    summary = optimize(str(_write(tmp_path, BROKEN_GET_INPUTS)), _settings(tmp_path), provider=provider,
-                       baselines=("eager",))
+    summary = optimize(str(_write(tmp_path, BROKEN_GET_INPUTS)), _settings(tmp_path), RunSpec(baselines=("eager",)),
+                       provider=provider)
     assert summary.status == "task_error", summary.history
     assert summary.stop_reason.startswith("task error: TaskInputsError: task level1/broken, shape 'default'")
     assert "deliberately broken get_inputs" in summary.stop_reason

@@ -24,7 +24,7 @@ def fake_loop(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple]:
 
     calls: list[tuple] = []
 
-    def optimize(task_ref, settings, *, resume=None, run_id=None, **_):
+    def optimize(task_ref, settings, spec=None, *, resume=None, run_id=None, **_):
         calls.append((task_ref, resume, run_id))
         run_dir = Path(settings.runs_dir) / (resume or run_id)
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -86,9 +86,10 @@ def test_run_takes_optimizes_flags(monkeypatch: pytest.MonkeyPatch, tiny_tasks: 
 
     seen: list[dict] = []
 
-    def optimize(task_ref, settings, *, run_id=None, **kwargs):
+    def optimize(task_ref, settings, spec, *, run_id=None, **kwargs):
         seen.append({"rounds": settings.agent.max_rounds, "runs_dir": settings.runs_dir,
-                     "backend": settings.eval.backend, **kwargs})
+                     "backend": settings.eval.backend, "shapes": spec.shapes, "timing": spec.timing,
+                     "compile_modes": spec.compile_modes})
         run_dir = Path(settings.runs_dir) / run_id
         run_dir.mkdir(parents=True)
         return SimpleNamespace(run_id=run_id, run_dir=str(run_dir), status="finished", rounds=1,
