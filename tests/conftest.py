@@ -128,18 +128,25 @@ def _refuse(what: str) -> None:
                              "the logic without the process")
 
 
-def _build_font_cache() -> None:
-    """Matplotlib lists the machine's fonts with `fc-list` once per machine, at its first use (a
-    plot in a report): done here, before processes are refused, so that on a fresh machine the
-    first test to draw is not refused for the library's one-time set-up."""
+def _learn_the_machine() -> None:
+    """What is learnt once per machine or process by starting a program, learnt here, before
+    processes are refused, so that no test is refused for it (or passes only when an earlier test
+    happened to learn it first, as a subset run showed):
+    - matplotlib lists the fonts with `fc-list` at its first use (a plot in a report);
+    - which isolation works here (`isolation.probe`, cached per process; every command that
+      checks its sandbox asks)."""
     with contextlib.suppress(ImportError):
         import matplotlib.font_manager  # noqa: F401 - builds and saves the cache on import
+    from agentforge.sandbox import isolation
+
+    for mode in isolation.ISOLATING_MODES:
+        isolation.probe(mode)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if not config.getoption("--refuse-processes"):
         return
-    _build_font_cache()
+    _learn_the_machine()
     execute_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]
     fork = os.fork
 
