@@ -396,6 +396,18 @@ class Clock:
     paired_null: list[int] = field(default_factory=list)  # per timed call: the index of its null
     cpu_us: list[float] = field(default_factory=list)
     null_cpu_us: list[float] = field(default_factory=list)
+    # Outside the timed windows: the worker's CPU time from the judge's writing its inputs to the start
+    # of the timed request (the input staging and the cache flush), one entry per call and per null
+    # (NaN where the clock gave no reading). No candidate code belongs there, so the two must
+    # cost alike, and what the same work costs the judge (`stage_timing.outside_disagreement`).
+    outside_cpu_us: list[float] = field(default_factory=list)
+    null_outside_cpu_us: list[float] = field(default_factory=list)
+    # Per call: whether its inputs were written to the arena just before it (else it reuses the null's
+    # beside it, already staged once, so its staging runs warm in cache and costs less).
+    outside_fresh: list[bool] = field(default_factory=list)
+    # The judge's own CPU time for the same staging and flush (its thread, after each null): what that
+    # work costs where no candidate code runs, the clean reference for the two lists above.
+    replica_cpu_us: list[float] = field(default_factory=list)
 
     def per_call_us(self, last: int | None = None) -> list[float]:
         """The judge's estimate of each call (of the `last` ones): its round trip less its null's."""
@@ -421,12 +433,32 @@ class Clock:
         return _spread(self.null_cpu_us)
 
 
+def _or_nan(value: float | None) -> float:
+    return math.nan if value is None else value
+
+
 def _spread(values: list[float]) -> float:
     """The median absolute deviation (0 below three values)."""
     if len(values) < 3:
         return 0.0
     median = statistics.median(values)
     return statistics.median(abs(w - median) for w in values)
+
+
+@dataclass
+class _RoundTrip:
+    """One timed round trip as the judge saw it: the worker's own figures (device_us, closed_us), the
+    output, the judge's wall time of the call's request, the worker's CPU time in it, and the worker's
+    CPU time between the judge's writing the inputs and that request (None where a clock was
+    unreadable)."""
+
+    device_us: float
+    closed_us: float
+    output: Any
+    wall_us: float
+    cpu_us: float | None
+    outside_cpu_us: float | None
+    fresh: bool
 
 
 class RemoteModel:
@@ -446,6 +478,8 @@ class RemoteModel:
         self.timed_evidence: list[tuple[str, str]] = []
         self._landing: Arena | None = None
         self._landing_sent = False
+        self._replica: tuple[list[torch.Tensor], Any] | None = None
+        self._arena_writes = 0
 
     @classmethod
     def construct(cls, client: WorkerClient, key: str, init: list[Any], state: dict[str, torch.Tensor],
@@ -484,12 +518,10 @@ class RemoteModel:
             raise WorkerBroken("a dry launch's reply is malformed")
         return specs, note
 
-    def _timed(self, key: str, buffers: list[Any], want_output: bool,
-               ) -> tuple[float, float, Any, float, float | None]:
+    def _timed(self, key: str, buffers: list[Any], want_output: bool) -> _RoundTrip:
         """One timed round trip. The inputs travel through the judge's input arena (written here,
         mapped read-only by the worker), the outputs through its landing arena (filled by the
-        worker, copied out here at once). Returns (device_us, closed_us, output, the judge's wall
-        time of the round trip, the worker's CPU time in it or None)."""
+        worker, copied out here at once)."""
         # The flush is a round trip of its own, outside the judge's clock. The null call gets one too:
         # the harness's own work around a call (its code and data) runs cold after a flush, and
         # without one the null's round trip missed that work (an honest worker then seemed to spend
@@ -497,8 +529,15 @@ class RemoteModel:
         # own buffers in that round trip, before flushing: copied after it, they would sit warm in
         # the cache (on a GPU, every write goes through L2) for the candidate's timed call, while
         # the baselines' inputs, written before their flush, start cold.
+        written = self._arena_writes
         fields, sent = self._arena_inputs(buffers)
+        fresh = self._arena_writes != written
         sent_landing: list[wire.SharedFile] = []
+        # Outside the timed window: from here (the inputs are in the arena, which the worker can read
+        # as soon as they are written) to the call's request. The idle gap before is left out: nothing
+        # the next call needs is there yet, and a call's own aftermath (its output freed after the
+        # reply) would fall on whichever round trip came next.
+        outside_from = cpu_ns(self.cpu_clock)
         try:
             if self.flush:
                 self.client.request("flush", **fields)
@@ -518,8 +557,25 @@ class RemoteModel:
             self.timed_evidence += evidence_items(reply.get("timed_rules", []))
         cpu_end = cpu_ns(self.cpu_clock)
         cpu = (cpu_end - cpu_begin) / 1e3 if cpu_begin is not None and cpu_end is not None else None
-        device_us, closed_us = _finite_us(reply, "device_us"), _finite_us(reply, "closed_us")
-        return device_us, closed_us, output, wall, cpu
+        outside = (cpu_begin - outside_from) / 1e3 if cpu_begin is not None and outside_from is not None else None
+        return _RoundTrip(_finite_us(reply, "device_us"), _finite_us(reply, "closed_us"), output, wall, cpu,
+                          outside, fresh)
+
+    def _replica_us(self) -> float:
+        """The worker's work outside a timed window, done here on the judge's thread: the inputs read
+        from the arena into buffers of the judge's own, then the cache flushed (microseconds of CPU)."""
+        from agentforge.evaluator.timing import CacheFlusher
+
+        if self._replica is None:
+            tensors = self._arena.tensors if self._arena is not None else []
+            self._replica = ([torch.empty(t.shape, dtype=t.dtype, device=self.device) for t in tensors],
+                             CacheFlusher(self.device, self.flush))
+        inputs, flusher = self._replica
+        begin = time.thread_time_ns()
+        if self._arena is not None:
+            self._arena.read_into(inputs)
+        flusher()
+        return (time.thread_time_ns() - begin) / 1e3
 
     def expect(self, outputs_like: Any) -> None:
         """Outputs shaped like these (the reference's, real or on the meta device) land in an arena
@@ -562,6 +618,7 @@ class RemoteModel:
         if holds != self._arena_holds:
             self._arena.write(tensors)
             self._arena_holds = holds
+            self._arena_writes += 1
         index = iter(range(len(tensors)))
         fields["args"] = [{"__arena__": next(index)} if isinstance(b, torch.Tensor) else b for b in buffers]
         return fields, sent
@@ -578,16 +635,20 @@ class RemoteModel:
         """One timed call (the `timing.Subject.timer` protocol); the judge keeps its own wall time."""
         clock = self.clock
         if not clock.null_wall_us or len(clock.wall_us) % NULL_EVERY == 0:
-            _, _, _, null_wall, null_cpu = self._timed("null", buffers, True)
-            clock.null_wall_us.append(null_wall)
-            if null_cpu is not None:
-                clock.null_cpu_us.append(null_cpu)
-        device_us, closed_us, out, wall, cpu = self._timed(self.key, buffers, True)
-        clock.wall_us.append(wall)
+            null = self._timed("null", buffers, True)
+            clock.null_wall_us.append(null.wall_us)
+            if null.cpu_us is not None:
+                clock.null_cpu_us.append(null.cpu_us)
+            clock.null_outside_cpu_us.append(_or_nan(null.outside_cpu_us))
+            clock.replica_cpu_us.append(self._replica_us())
+        call = self._timed(self.key, buffers, True)
+        clock.wall_us.append(call.wall_us)
         clock.paired_null.append(len(clock.null_wall_us) - 1)
-        if cpu is not None:
-            clock.cpu_us.append(cpu)
-        return device_us, closed_us, out
+        if call.cpu_us is not None:
+            clock.cpu_us.append(call.cpu_us)
+        clock.outside_cpu_us.append(_or_nan(call.outside_cpu_us))
+        clock.outside_fresh.append(call.fresh)
+        return call.device_us, call.closed_us, call.output
 
     def calibrate(self, outputs_like: Any) -> None:
         """The null candidate's outputs: shaped like the reference's, so that its round trip costs

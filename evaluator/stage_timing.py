@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 import random
 import statistics
 import time
@@ -35,6 +36,22 @@ CLOCK_SLACK_US = 30.0
 # its time or ran on more threads than it was given (honest workers measured 0.8-1.0x on one thread).
 CPU_AGREEMENT = 1.5
 CPU_SLACK_US = 20.0
+# Outside the timed windows (from the judge's writing the inputs to the timed request: the input
+# staging and the cache flush) a worker runs harness code only, the same before a candidate's call as
+# before a null's. On the worker's CPU clock, with one thread allowed on the CPU backend:
+# - before a null and before a call on inputs just written (both stage them cold), the trimmed means
+#   (the middle 80 %, robust to the odd collection or page fault) may differ by no more than three
+#   standard errors and OUTSIDE_SLACK_US; before a call on the inputs its null just staged (warm in
+#   cache, cheaper), no more than the dearer of those two plus as much (work moved before the calls);
+# - the two together may cost no more than OUTSIDE_RATIO x what the same staging and flush cost the
+#   judge's own thread, plus OUTSIDE_FLOOR_US (work moved before every round trip alike, which the
+#   null would cancel). Honest workers measured 1.4x of the judge's cost plus 120 us of protocol on
+#   the 2-core VM (204 vs 52 us for 256 KB of input, 2,560 vs 1,820 us for 32 MB).
+OUTSIDE_SLACK_US = 30.0
+OUTSIDE_TRIM = 0.1
+OUTSIDE_RATIO = 2.0
+OUTSIDE_FLOOR_US = 300.0
+OUTSIDE_MIN_READINGS = 6  # of each side, the first null (which maps the arenas) left out
 # A worker thread other than the serving one that ran at least this long during the timed loop, and
 # at least this share of the time the candidate's timed calls took by its own account, is a thread
 # the candidate computes on (each member of a team of four ran 1.4 ms in a CI loop of small GEMMs;
@@ -119,6 +136,70 @@ def _cpu_disagreement(claimed: float, clock: Clock, threads: int, n: int, notes:
         f"judge, noise {slack:.1f} us), {spent / max(claimed, 1e-3):.1f}x the {claimed:.1f} us it reported: "
         f"more than {threads} thread(s) can spend in {CPU_AGREEMENT}x that time. Its clock lies, or it ran "
         f"on more threads than the {threads} it was given"))]
+
+
+def outside_disagreement(clock: Clock, calls: int) -> tuple[list[tuple[str, str]], list[str]]:
+    """Work done outside every timed window, on the worker's CPU clock: before the timed calls
+    (`calls` of them counted, after the warm-up) against before the nulls, and all of it against
+    what the same staging and flush cost the judge. Returns (evidence, notes)."""
+    if (len(clock.outside_cpu_us) != len(clock.wall_us) or len(clock.outside_fresh) != len(clock.wall_us)
+            or len(clock.null_outside_cpu_us) != len(clock.null_wall_us)):
+        return [], ["outside the timed windows: not recorded"]
+    # Every round trip, the warm-up's too (work moved there is as much outside the clocks), but the
+    # first call and the first null, which map the arenas and touch their buffers for the first time.
+    recent = range(1, len(clock.wall_us)) if calls else range(0)
+    nulls = sorted({clock.paired_null[i] for i in recent} - {0})
+    cold = _readings(clock.outside_cpu_us, [i for i in recent if clock.outside_fresh[i]])
+    warm = _readings(clock.outside_cpu_us, [i for i in recent if not clock.outside_fresh[i]])
+    null = _readings(clock.null_outside_cpu_us, nulls)
+    judge = [clock.replica_cpu_us[i] for i in nulls if i < len(clock.replica_cpu_us)]
+    if len(cold) < OUTSIDE_MIN_READINGS or len(null) < OUTSIDE_MIN_READINGS or len(judge) < OUTSIDE_MIN_READINGS:
+        return [], [f"outside the timed windows: too few readings ({len(cold)} before calls on new inputs, "
+                    f"{len(null)} before nulls; {OUTSIDE_MIN_READINGS} needed)"]
+    before_cold, before_null, reference = _trimmed_mean(cold), _trimmed_mean(null), _trimmed_mean(judge)
+    noise = max(_mad(cold), _mad(null), _mad(warm) if len(warm) >= 3 else 0.0) * 1.4826  # a standard deviation
+    slack = OUTSIDE_SLACK_US + 3 * noise * (1 / len(cold) + 1 / len(null)) ** 0.5
+    staged = cold + null  # every window that staged new inputs: where work on them can first be done
+    bound = OUTSIDE_RATIO * reference + OUTSIDE_FLOOR_US + 3 * noise / len(staged) ** 0.5
+    before_warm = _trimmed_mean(warm) if len(warm) >= 3 else None
+    notes = [f"outside the timed windows (worker CPU, trimmed means): {before_cold:.1f} us before each call on "
+             f"new inputs, {before_null:.1f} us before each null, "
+             + (f"{before_warm:.1f} us before each call on its null's inputs; " if before_warm is not None else "")
+             + f"the same staging and flush cost the judge {reference:.1f} us"]
+    found: str | None = None
+    if _trimmed_mean(staged) > bound:
+        found = (f"{_trimmed_mean(staged):.1f} us per round trip on new inputs, where the same staging and flush "
+                 f"cost the judge {reference:.1f} us (allowed: {OUTSIDE_RATIO:g}x plus {OUTSIDE_FLOOR_US:g} us): it "
+                 "works outside the judge's clocks, before calls and nulls alike, where the null's subtraction "
+                 "would cancel it")
+    elif abs(before_cold - before_null) > slack:
+        where = "call" if before_cold > before_null else "null round trip"
+        found = (f"{before_cold:.1f} us before each call on new inputs and {before_null:.1f} us before each null "
+                 f"round trip (noise {slack:.1f} us): it works outside the judge's clocks before each {where}")
+    elif before_warm is not None and before_warm > max(before_cold, before_null) + slack:
+        found = (f"{before_warm:.1f} us before each call on the inputs its null had just staged, more than before "
+                 f"a null ({before_null:.1f} us) or a call on new inputs ({before_cold:.1f} us), beyond the noise "
+                 f"({slack:.1f} us): it works outside the judge's clocks before those calls")
+    if found is None:
+        return [], notes
+    return [("timing_disagreement", "the worker's CPU time outside the timed windows (while its inputs are "
+                                    f"staged and the cache flushed, trimmed means) was {found}")], notes
+
+
+def _readings(values: list[float], indices: list[int]) -> list[float]:
+    return [values[i] for i in indices if not math.isnan(values[i])]
+
+
+def _trimmed_mean(values: list[float]) -> float:
+    ordered = sorted(values)
+    cut = int(len(ordered) * OUTSIDE_TRIM)
+    kept = ordered[cut:len(ordered) - cut] or ordered
+    return sum(kept) / len(kept)
+
+
+def _mad(values: list[float]) -> float:
+    centre = statistics.median(values)
+    return statistics.median(abs(v - centre) for v in values)
 
 
 def busy_threads(before: dict[int, float], after: dict[int, float], main: int, calls_us: float,
@@ -364,6 +445,10 @@ def measure(task: Task, shape: str, candidate: RemoteModel, reference: torch.nn.
     evidence += clock.evidence
     if clock.substitute_us is not None:
         cand.samples_us = clock.substitute_us
+    if threads == 1:  # on more threads or a GPU, the runtimes' helper threads make these windows noisy
+        outside, outside_notes = outside_disagreement(candidate.clock, len(cand.samples_us))
+        notes += outside_notes
+        evidence += outside
     if threads is not None and threads_after:
         busy = busy_threads(threads_before, threads_after, candidate.client.pid, sum(cand.samples_us))
         ended = (ended_threads_us((process_after - process_before) / 1e3, threads_before, threads_after)

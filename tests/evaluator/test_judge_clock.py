@@ -22,6 +22,7 @@ from agentforge.evaluator.stage_timing import (
     clock_disagreement,
     ended_threads_us,
     measure,
+    outside_disagreement,
     thread_oversubscription,
 )
 
@@ -246,3 +247,42 @@ def test_threads_that_ended_during_the_loop_are_counted_from_the_process_clock()
     assert ended == pytest.approx(3000.0)
     assert thread_oversubscription({10: 8000.0}, threads=1, ended_us=ended) is not None
     assert thread_oversubscription({10: 8000.0}, threads=1, ended_us=50.0) is None
+
+
+def _outside(before_call: float, before_null: float, judge: float, n: int = 24,
+             before_warm: float | None = None) -> Clock:
+    """A judge's clock whose outside-the-window readings are these, with small alternating noise: a
+    null before every second call (which then reuses its staged inputs: `before_warm`, a little less
+    than a cold staging unless given)."""
+    clock = _clock(100.0, 500.0, 100.0, 300.0, n)
+    warm = before_call - 40.0 if before_warm is None else before_warm
+    for i in range(n):
+        fresh = i % 2 == 1  # the calls without a null beside them stage new inputs
+        clock.outside_fresh.append(fresh)
+        clock.outside_cpu_us.append((before_call if fresh else warm) + (-1) ** (i // 2) * 4.0)
+    for i in range(len(clock.null_wall_us)):
+        clock.null_outside_cpu_us.append(before_null + (-1) ** i * 4.0)
+        clock.replica_cpu_us.append(judge + (-1) ** i * 2.0)
+    return clock
+
+
+@pytest.mark.parametrize(("before_call", "before_null", "judge", "before_warm", "flagged"), [
+    (204.0, 199.0, 52.0, None, False),      # honest, small inputs: the protocol's ~120 us above the judge's cost
+    (2560.0, 2554.0, 1820.0, None, False),  # honest, 32 MB of input: 1.4x the judge's cost
+    (760.0, 190.0, 66.0, None, True),       # the work moved before each call on new inputs
+    (190.0, 760.0, 66.0, None, True),       # ... or before each null round trip
+    (760.0, 760.0, 66.0, None, True),       # ... or before every round trip alike, which the null would cancel
+    (190.0, 200.0, 66.0, 700.0, True),      # ... or before the calls that reuse their null's staged inputs
+])
+def test_work_outside_the_timed_windows(before_call: float, before_null: float, judge: float,
+                                        before_warm: float | None, flagged: bool) -> None:
+    clock = _outside(before_call, before_null, judge, before_warm=before_warm)
+    evidence, notes = outside_disagreement(clock, calls=24)
+    assert bool(evidence) == flagged, (evidence, notes)
+    assert all(rule == "timing_disagreement" for rule, _ in evidence)
+    assert notes and "outside the timed windows" in notes[0]
+
+
+def test_too_few_readings_outside_the_windows_flag_nothing() -> None:
+    evidence, notes = outside_disagreement(_outside(5000.0, 100.0, 50.0, n=2), calls=2)
+    assert not evidence and "too few" in notes[0]

@@ -54,7 +54,7 @@ def config(tmp_path_factory: pytest.TempPathFactory) -> SandboxConfig:
 @pytest.mark.slow
 def test_normal_path_reports_what_each_stage_used(config: SandboxConfig) -> None:
     result = run(_job("none"), config)
-    assert result.status == Status.OK and result.stage == Stage.DONE, result.error
+    assert result.status == Status.OK and result.stage == Stage.DONE, (result.error, result.flags)
     assert result.correct and result.timing is not None and result.candidate_us is not None
     report = result.provenance.track_settings["stage_budget"]
     assert report["ran_out"] is None and report["total_s"] == TIMEOUT_S
