@@ -539,7 +539,17 @@ def native_sampling_findings(report: dict[str, Any], own_floor: float = NATIVE_O
 
 
 def _top_files(report: dict[str, Any], parts: tuple[str, ...]) -> str:
+    """The most sampled files whose name has one of `parts`, or that the judge identified by their
+    content as a BLAS (a renamed copy: `library_identity`), with what they are."""
     files = report.get("files", {})
-    names = [f"{p.rsplit('/', 1)[-1]} x{n}" for p, n in files.items()
-             if isinstance(p, str) and any(x in p.rsplit("/", 1)[-1].lower() for x in parts)]
+    identified = report.get("identified", {})
+    names = []
+    for path, n in files.items():
+        if not isinstance(path, str):
+            continue
+        found = identified.get(path) if isinstance(identified, dict) else None
+        if isinstance(found, dict) and found.get("kind") == "blas":
+            names.append(f"{path} x{n}, named by its content: {str(found.get('what', ''))[:200]}")
+        elif any(x in path.rsplit("/", 1)[-1].lower() for x in parts):
+            names.append(f"{path.rsplit('/', 1)[-1]} x{n}")
     return ", ".join(names[:3]) or "no file named"

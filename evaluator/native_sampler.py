@@ -44,6 +44,8 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentforge.evaluator import library_identity
+
 # Phases of the judge's protocol.
 IDLE, OTHER, CALL, TIMED, NULL, FLUSH = range(6)
 PHASES = ("idle", "other", "call", "timed", "null", "flush")
@@ -210,6 +212,10 @@ class NativeSampler:
         self.report: dict[str, Any] | None = None
         self.self_fd = -1  # the judge's own sampling event (for equal cost on the baselines), or -errno
         self.self_enabled = False
+        # Files that would count as the candidate's own (or as nothing known), read once for what they
+        # hold: (kind, what it is) where that is not what their name or place says (`library_identity`).
+        self.identified: dict[str, tuple[str, str] | None] = {}
+        self.known = library_identity.KnownLibraries()
 
     @property
     def available(self) -> bool:
@@ -327,9 +333,20 @@ class NativeSampler:
                 self.unreadable += 1
             return
         kind = classify(path, self.own_roots)
+        if kind in ("own", "other") and phase in (CALL, TIMED):
+            kind = self._by_content(pid, path, kind)
         self.counts[phase][kind] += 1
         if phase in (CALL, TIMED) and (path in self.files or len(self.files) < 100):
             self.files[path] = self.files.get(path, 0) + 1
+
+    def _by_content(self, pid: int, path: str, kind: str) -> str:
+        """The kind of `path` by its content, read through the worker's own view of its files
+        (`/proc/PID/root`: it has a /tmp of its own) where the judge may, else by the path."""
+        if path not in self.identified:
+            seen = f"/proc/{pid}/root{path}"
+            self.identified[path] = library_identity.identify(seen if os.path.exists(seen) else path, self.known)
+        found = self.identified[path]
+        return found[0] if found is not None else kind
 
     def _path(self, pid: int, ip: int) -> str | None:
         """The file at `ip` in process `pid` ("" for anonymous memory or a process gone), or None where
@@ -371,6 +388,8 @@ class NativeSampler:
             "denied_at": self.denied_at,
             "judge_sampled_alike": judge_sampled,
             "files": dict(sorted(self.files.items(), key=lambda kv: -kv[1])[:12]),
+            "identified": {path: {"kind": kind, "what": what}
+                           for path, (kind, what) in ((p, f) for p, f in self.identified.items() if f)},
         }
         return self.report
 
