@@ -478,6 +478,10 @@ class RemoteModel:
         self.timed_evidence: list[tuple[str, str]] = []
         self._landing: Arena | None = None
         self._landing_sent = False
+        # Whether the judge repeats the worker's staging and flush after each null, on its own thread
+        # (`Clock.replica_cpu_us`): set by the timing stage where it holds the worker's CPU outside the
+        # timed windows against it (the CPU backend, one thread), and the inputs are small enough to copy.
+        self.replica = False
         self._replica: tuple[list[torch.Tensor], Any] | None = None
         self._arena_writes = 0
 
@@ -640,7 +644,8 @@ class RemoteModel:
             if null.cpu_us is not None:
                 clock.null_cpu_us.append(null.cpu_us)
             clock.null_outside_cpu_us.append(_or_nan(null.outside_cpu_us))
-            clock.replica_cpu_us.append(self._replica_us())
+            if self.replica:
+                clock.replica_cpu_us.append(self._replica_us())
         call = self._timed(self.key, buffers, True)
         clock.wall_us.append(call.wall_us)
         clock.paired_null.append(len(clock.null_wall_us) - 1)

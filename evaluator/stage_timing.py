@@ -52,6 +52,7 @@ OUTSIDE_TRIM = 0.1
 OUTSIDE_RATIO = 2.0
 OUTSIDE_FLOOR_US = 300.0
 OUTSIDE_MIN_READINGS = 6  # of each side, the first null (which maps the arenas) left out
+REPLICA_MAX_BYTES = 256 * 2**20  # inputs the judge copies once more to learn what staging costs
 # A worker thread other than the serving one that ran at least this long during the timed loop, and
 # at least this share of the time the candidate's timed calls took by its own account, is a thread
 # the candidate computes on (each member of a team of four ran 1.4 ms in a CI loop of small GEMMs;
@@ -153,24 +154,28 @@ def outside_disagreement(clock: Clock, calls: int) -> tuple[list[tuple[str, str]
     warm = _readings(clock.outside_cpu_us, [i for i in recent if not clock.outside_fresh[i]])
     null = _readings(clock.null_outside_cpu_us, nulls)
     judge = [clock.replica_cpu_us[i] for i in nulls if i < len(clock.replica_cpu_us)]
-    if len(cold) < OUTSIDE_MIN_READINGS or len(null) < OUTSIDE_MIN_READINGS or len(judge) < OUTSIDE_MIN_READINGS:
+    if len(cold) < OUTSIDE_MIN_READINGS or len(null) < OUTSIDE_MIN_READINGS:
         return [], [f"outside the timed windows: too few readings ({len(cold)} before calls on new inputs, "
                     f"{len(null)} before nulls; {OUTSIDE_MIN_READINGS} needed)"]
-    before_cold, before_null, reference = _trimmed_mean(cold), _trimmed_mean(null), _trimmed_mean(judge)
+    before_cold, before_null = _trimmed_mean(cold), _trimmed_mean(null)
+    # The judge's own cost of the same work, where it was measured (not above REPLICA_MAX_BYTES of input)
+    reference = _trimmed_mean(judge) if len(judge) >= OUTSIDE_MIN_READINGS else None
     noise = max(_mad(cold), _mad(null), _mad(warm) if len(warm) >= 3 else 0.0) * 1.4826  # a standard deviation
     slack = OUTSIDE_SLACK_US + 3 * noise * (1 / len(cold) + 1 / len(null)) ** 0.5
     staged = cold + null  # every window that staged new inputs: where work on them can first be done
-    bound = OUTSIDE_RATIO * reference + OUTSIDE_FLOOR_US + 3 * noise / len(staged) ** 0.5
+    bound = (OUTSIDE_RATIO * reference + OUTSIDE_FLOOR_US + 3 * noise / len(staged) ** 0.5
+             if reference is not None else math.inf)
     before_warm = _trimmed_mean(warm) if len(warm) >= 3 else None
     notes = [f"outside the timed windows (worker CPU, trimmed means): {before_cold:.1f} us before each call on "
              f"new inputs, {before_null:.1f} us before each null, "
              + (f"{before_warm:.1f} us before each call on its null's inputs; " if before_warm is not None else "")
-             + f"the same staging and flush cost the judge {reference:.1f} us"]
+             + (f"the same staging and flush cost the judge {reference:.1f} us" if reference is not None
+                else "the judge did not repeat the staging (inputs too large): no bound from it")]
     found: str | None = None
-    if _trimmed_mean(staged) > bound:
+    if reference is not None and _trimmed_mean(staged) > bound:
         found = (f"{_trimmed_mean(staged):.1f} us per round trip on new inputs, where the same staging and flush "
-                 f"cost the judge {reference:.1f} us (allowed: {OUTSIDE_RATIO:g}x plus {OUTSIDE_FLOOR_US:g} us): it "
-                 "works outside the judge's clocks, before calls and nulls alike, where the null's subtraction "
+                 f"cost the judge {reference:.1f} us (allowed: {OUTSIDE_RATIO:g}x plus {OUTSIDE_FLOOR_US:g} us): "
+                 "it works outside the judge's clocks, before calls and nulls alike, where the null's subtraction "
                  "would cancel it")
     elif abs(before_cold - before_null) > slack:
         where = "call" if before_cold > before_null else "null round trip"
@@ -408,6 +413,8 @@ def measure(task: Task, shape: str, candidate: RemoteModel, reference: torch.nn.
         return None if result.passed else f"repetition {rep}, against eager: {result.message or result.failed_check}"
 
     candidate.flush, candidate.head_start = config.flush_l2, config.head_start
+    outside_checked = device.type == "cpu" and (cpu_threads or torch.get_num_threads()) == 1
+    candidate.replica = outside_checked and _input_bytes(buffers) <= REPLICA_MAX_BYTES
     if outputs_like is None:
         outputs_like = reference(*buffers)
     candidate.calibrate(task_precision(outputs_like, dtypes))
@@ -445,7 +452,7 @@ def measure(task: Task, shape: str, candidate: RemoteModel, reference: torch.nn.
     evidence += clock.evidence
     if clock.substitute_us is not None:
         cand.samples_us = clock.substitute_us
-    if threads == 1:  # on more threads or a GPU, the runtimes' helper threads make these windows noisy
+    if outside_checked:  # on more threads or a GPU, the runtimes' helper threads make these windows noisy
         outside, outside_notes = outside_disagreement(candidate.clock, len(cand.samples_us))
         notes += outside_notes
         evidence += outside

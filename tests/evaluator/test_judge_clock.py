@@ -286,3 +286,14 @@ def test_work_outside_the_timed_windows(before_call: float, before_null: float, 
 def test_too_few_readings_outside_the_windows_flag_nothing() -> None:
     evidence, notes = outside_disagreement(_outside(5000.0, 100.0, 50.0, n=2), calls=2)
     assert not evidence and "too few" in notes[0]
+
+
+def test_without_the_judges_own_cost_only_the_comparisons_hold() -> None:
+    """Inputs too large for the judge to copy once more (`REPLICA_MAX_BYTES`): no bound from its own
+    cost, so work before every round trip alike passes, and work before the calls alone is still caught."""
+    alike, before_calls = _outside(760.0, 760.0, 66.0), _outside(760.0, 190.0, 66.0)
+    for clock in (alike, before_calls):
+        clock.replica_cpu_us.clear()
+    evidence, notes = outside_disagreement(alike, calls=24)
+    assert not evidence and "no bound from it" in notes[0]
+    assert outside_disagreement(before_calls, calls=24)[0]
