@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from agentforge.evaluator.stage_correctness import set_mode
+from agentforge.evaluator.models import set_mode
 from agentforge.shrink import shrink_steps
 from agentforge.task import (
     DEFAULT_SHAPE,

@@ -225,7 +225,7 @@ def evaluate_kernel(kernel: ReferenceKernel, task: Any, options: MeasureOptions,
     (each timed on its own shape), or a single compile-only verdict when the kernel cannot run
     here. Returns {shape or "compile-only": EvalResult}."""
     from agentforge.candidate import Candidate, Provenance
-    from agentforge.evaluator.api import evaluate, make_job
+    from agentforge.evaluation import evaluate, make_job
     from agentforge.evaluator.result import Measure
 
     candidate = Candidate(kernel.source, backend=kernel.backend,

@@ -104,7 +104,7 @@ class SandboxSettings:
 
 
 def _stage_budget_problem(text: str) -> str | None:
-    from agentforge.evaluator.stage_budget import parse_shares
+    from agentforge.evaluator.judge.stage_budget import parse_shares
 
     try:
         parse_shares(text)

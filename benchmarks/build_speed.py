@@ -65,11 +65,11 @@ CANDIDATE = REPO / "tests" / "evaluator" / "candidates" / "relu_load_inline_cpp.
 def sandboxed_builds(cache: str, repeats: int) -> list[dict]:
     """Prebuild the header as the CLI's parent does, then evaluate `repeats` new candidates through
     the sandbox (build and correctness only) and read each build's seconds from its verdict."""
-    from agentforge.evaluator.api import evaluate, make_job
     from agentforge.evaluator.result import Measure
     from agentforge.sandbox import SandboxConfig
 
     from agentforge.candidate import Candidate
+    from agentforge.evaluation import evaluate, make_job
     from agentforge.task import load_task
 
     prebuilt = subprocess.run([sys.executable, "-m", "agentforge.evaluator.header_prebuild", "--cache", cache,

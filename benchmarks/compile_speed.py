@@ -63,7 +63,7 @@ torch::Tensor {name}(torch::Tensor input) {{
 
 def measure(repeats: int) -> dict:
     from agentforge.evaluator import build_cache, native
-    from agentforge.evaluator.compile_only import compile_cuda_source
+    from agentforge.evaluator.worker.compile_only import compile_cuda_source
 
     rows = []
     for rep in range(repeats):

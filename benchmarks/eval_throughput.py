@@ -107,8 +107,9 @@ def bench_sandbox_noop(n: int, cache: str, warm_spares: int = 0, pause_s: float 
     """Seconds per no-op job, one at a time. With `warm_spares`, a first job (not counted) starts
     the spare, and each counted job comes `pause_s` after the one before, as an agent's next
     candidate comes after its LLM calls."""
-    from agentforge.evaluator.api import evaluate_many
     from agentforge.sandbox import SandboxConfig, spares
+
+    from agentforge.evaluation import evaluate_many
 
     config = SandboxConfig(cache_dir=cache, entry="eval_throughput:noop_entry",
                            python_paths=(str(Path(__file__).resolve().parent),), warm_spares=warm_spares)
@@ -124,8 +125,9 @@ def bench_sandbox_noop(n: int, cache: str, warm_spares: int = 0, pause_s: float 
 
 
 def bench_evaluate(n: int, workers: Sequence[int], cache: str, device: str) -> list[dict]:
-    from agentforge.evaluator.api import evaluate_many
     from agentforge.sandbox import SandboxConfig
+
+    from agentforge.evaluation import evaluate_many
 
     rows = []
     for w in workers:

@@ -126,10 +126,10 @@ def timed_verdict(job: Any, cache: Path) -> tuple[Any, float, float]:
     arrives): the judge's task check, the candidate's load and drive, the builds and the decision;
     not the start of a Python process. On a loaded machine the CPU seconds are what the load
     leaves alone."""
-    from agentforge.evaluator.pipeline import run_pipeline
-    from agentforge.evaluator.remote import WorkerClient
+    from agentforge.evaluator.judge.pipeline import run_pipeline
+    from agentforge.sandbox.worker import launch_worker
 
-    worker = WorkerClient.spawn()
+    worker = launch_worker()
     worker.setup(workdir=os.getcwd(), cache_dir=str(cache), cpu_threads=1, device="cpu", torch_switches=True)
     cpu = _cpu_seconds(worker.pid) + sum(os.times()[:4])
     started = time.perf_counter()
@@ -165,8 +165,8 @@ def capture_main() -> None:
     """Child: drive the answer under the lookalike, every build answered 'built' without compiling."""
     import warnings
 
-    from agentforge.evaluator import compile_only, cuda_lookalike, loading
-    from agentforge.evaluator.compile_verdict import input_specs
+    from agentforge.evaluator.judge.compile_verdict import input_specs
+    from agentforge.evaluator.worker import compile_only, cuda_lookalike, loading
 
     from agentforge.task import Task
 
@@ -198,7 +198,7 @@ def capture_main() -> None:
 
 def torch_build(call: dict[str, Any], nvcc_home: str) -> dict[str, Any]:
     """torch's own load_inline of one call: which objects failed to compile, the first error."""
-    from agentforge.evaluator import api_drift
+    from agentforge.evaluator.worker import api_drift
 
     with tempfile.TemporaryDirectory(prefix="torch-own-") as folder:
         started = time.perf_counter()
@@ -385,7 +385,7 @@ def main() -> None:
         report = write_report(args.out, rows, headers) if args.out else {"summary": summarise(rows)}
         print(json.dumps(report["summary"], indent=1))
         return
-    from agentforge.evaluator.compile_only import cuda_home, find_nvcc
+    from agentforge.evaluator.worker.compile_only import cuda_home, find_nvcc
 
     nvcc = find_nvcc()
     if nvcc is None or args.git is None:

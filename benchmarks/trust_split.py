@@ -59,7 +59,7 @@ import json, statistics, sys, tempfile, time
 sys.path.insert(0, {bench!r})
 import eval_throughput as b
 import agentforge
-from agentforge.evaluator.api import evaluate_many
+from agentforge.evaluation import evaluate_many
 from agentforge.sandbox import SandboxConfig
 
 cache = tempfile.mkdtemp(prefix="af-trust-")

@@ -1,22 +1,14 @@
-"""The evaluator's public API: build a job, evaluate it in the sandbox, one or many at a time.
-
-Every consumer (the agent, the leaderboard, the RL reward, the kernel library) goes through
-here; nobody times, checks or compiles a kernel anywhere else.
-"""
+"""Jobs: what one evaluation is asked to do (`make_job`), and the device it runs on by default.
+Running them belongs to the sandbox (`agentforge.evaluation.evaluate`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
 
-from agentforge.evaluator.result import CorrectnessConfig, EvalJob, EvalResult, Measure, TimingConfig
+from agentforge.evaluator.result import CorrectnessConfig, EvalJob, Measure, TimingConfig
 
 from agentforge.candidate import Candidate
 from agentforge.task import DEFAULT_SHAPE, Task, TaskText, backend_default_shapes
-
-if TYPE_CHECKING:
-    from agentforge.sandbox.config import SandboxConfig
 
 
 def default_device(backend: str) -> str:
@@ -53,28 +45,3 @@ def make_job(
 
 def _shape_names(task: Task | TaskText) -> tuple[str, ...] | None:
     return tuple(task.shapes) if isinstance(task, Task) else task.shape_names
-
-
-def evaluate(job: EvalJob, sandbox: SandboxConfig | None = None) -> EvalResult:
-    """One job in an isolated child process. Never raises for anything the candidate does."""
-    from agentforge import sandbox as sandbox_pkg
-
-    config = sandbox or sandbox_pkg.SandboxConfig()
-    return sandbox_pkg.run(_with_cache(job, config), config)
-
-
-def evaluate_many(
-    jobs: Sequence[EvalJob], sandbox: SandboxConfig | None = None, workers: int = 1,
-    on_result: Callable[[int, EvalResult], Any] | None = None,
-) -> list[EvalResult]:
-    """Many jobs, results in input order; on CUDA no two timings share a GPU at once."""
-    from agentforge import sandbox as sandbox_pkg
-
-    config = sandbox or sandbox_pkg.SandboxConfig()
-    jobs = [_with_cache(job, config) for job in jobs]
-    return sandbox_pkg.run_many(jobs, config, workers=workers, on_result=on_result)
-
-
-def _with_cache(job: EvalJob, config: SandboxConfig) -> EvalJob:
-    """The child builds into the cache folder the sandbox mounts writable."""
-    return job if job.cache_dir else replace(job, cache_dir=config.cache_dir)

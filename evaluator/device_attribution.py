@@ -267,7 +267,7 @@ def judge(candidate: Any, buffers: list[Any], task: Any, source: str, cache_root
     """The judge's side: `reps` extra calls of the worker's model (`candidate`, a RemoteModel) on the
     timing inputs `buffers` under the worker's device profiler, attributed with the worker's own
     builds (read here, from the files the judge sees mapped into it) and the candidate's `source`."""
-    from agentforge.evaluator.remote import WorkerBroken
+    from agentforge.evaluator.protocol.messages import WorkerBroken
 
     floor = floor_for(task)
     fields, sent = candidate._arena_inputs(buffers)

@@ -152,7 +152,7 @@ def load_cuda(name: str, source: str, arch_override: str | None = None, extra_cu
 def cuda_cubin(name: str, source: str, arch: str, extra_cuda_cflags: Sequence[str] = ()) -> tuple[bool, str, Path]:
     """(ok, log, cubin) of the lean build. The cache key is the source and flags, not the name, so
     a source built first under another name is found as the one cubin in its cache folder."""
-    from agentforge.evaluator.compile_only import compile_cuda_source
+    from agentforge.evaluator.worker.compile_only import compile_cuda_source
 
     ok, log, cubin = compile_cuda_source(source, name, arch, list(extra_cuda_cflags), torch_headers=False)
     if ok and not cubin.is_file():
@@ -426,7 +426,7 @@ def torch_cuda_home(with_cuda: bool) -> Iterator[str | None]:
 def local_cuda_home() -> str | None:
     """The toolkit root nvcc reports: for a CPU-only torch that knows none (a compile-only CUDA
     build's plan), and for a CUDA torch whose guess holds no headers."""
-    from agentforge.evaluator import compile_only
+    from agentforge.evaluator.worker import compile_only
 
     nvcc = compile_only.find_nvcc()
     return compile_only.cuda_home(nvcc) if nvcc else None

@@ -185,7 +185,7 @@ def dry_launch(task: Any, model_cls: type, checked: list[str], device: Any, log:
     stages and specialisations a GPU would launch there (the headline shape above all). Outputs
     are garbage and ignored; a host path that fails this way is noted, never a verdict."""
     import torch
-    from agentforge.evaluator.stage_correctness import build_models
+    from agentforge.evaluator.models import build_models
 
     notes = []
     for shape in [s for s in task.shapes if s not in checked]:

@@ -336,12 +336,12 @@ def default_evaluate_fn(config: ServiceConfig) -> EvaluateFn:
 
 @dataclass(frozen=True)
 class LocalEvaluate:
-    """`evaluator.api.evaluate` in a sandbox child on this machine; picklable."""
+    """`agentforge.evaluation.evaluate` in a sandbox child on this machine; picklable."""
 
     sandbox_options: dict[str, Any] = field(default_factory=dict)
 
     def __call__(self, job: EvalJob) -> EvalResult:
-        from agentforge.evaluator.api import evaluate
+        from agentforge.evaluation import evaluate
 
         sandbox = None
         if self.sandbox_options:

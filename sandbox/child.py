@@ -26,9 +26,10 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from agentforge.evaluator import native_evidence, stage_budget, triton_interpret
+from agentforge.evaluator.judge import native_evidence, stage_budget
 from agentforge.evaluator.numerics import numeric_switches
 from agentforge.evaluator.result import ErrorRecord, EvalJob, EvalResult, Stage, Status, to_plain
+from agentforge.evaluator.worker import triton_interpret
 from agentforge.sandbox import channel, isolation, limits, mounts
 from agentforge.sandbox.request import ChildRequest
 
@@ -162,14 +163,14 @@ def _start_worker(interpret: bool) -> Any:
     if interpret:
         os.environ[triton_interpret.ENV] = "1"  # before anything imports triton, in both processes
     try:
-        import agentforge.evaluator.candidate_side  # noqa: F401 - warm: imported once, before the fork
-        from agentforge.evaluator.remote import WorkerClient
-        from agentforge.sandbox.worker import fork_worker
+        import agentforge.evaluator.worker.candidate_side  # noqa: F401 - warm: imported once, before the fork
+        from agentforge.evaluator.judge.remote import WorkerClient
+        from agentforge.sandbox.worker import fork_worker, seccomp_names
 
         pid, sock = fork_worker()
     except Exception:
         return None
-    client = WorkerClient(sock, pid)
+    client = WorkerClient(sock, pid, filters=seccomp_names())
     client.sampler = _open_sampler(pid)
     return client
 
@@ -208,7 +209,7 @@ def _open_sampler(pid: int) -> Any:
     """The judge's native sampler of the worker, opened now: the worker has one thread and has run
     nothing; whatever it starts later is sampled too (`native_sampler`)."""
     try:
-        from agentforge.evaluator.native_sampler import NativeSampler
+        from agentforge.evaluator.judge.native_sampler import NativeSampler
 
         return NativeSampler.open(pid)
     except Exception:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 KINDS = ("process", "docker", "ray")
 ISOLATIONS = ("auto", "bwrap", "unshare", "none")
-DEFAULT_ENTRY = "agentforge.evaluator.pipeline:run_pipeline"
+DEFAULT_ENTRY = "agentforge.evaluator.judge.pipeline:run_pipeline"
 NOBODY = 65534
 
 
@@ -80,7 +80,7 @@ class SandboxConfig:
         if ":" not in self.entry:
             raise ValueError(f"sandbox entry must be 'module:function', got {self.entry!r}")
         if self.stage_shares:
-            from agentforge.evaluator.stage_budget import check_shares
+            from agentforge.evaluator.judge.stage_budget import check_shares
 
             check_shares(dict(self.stage_shares))
         for name in ("timeout_s", "memory_gb", "cpu_seconds", "file_size_mb", "max_processes", "disk_gb"):
@@ -100,7 +100,7 @@ def default_of(name: str) -> Any:
 
 def from_settings(settings: SandboxSettings, cache_dir: str) -> SandboxConfig:
     """The per-job sandbox config from the CLI's settings (`Settings.sandbox`, `Settings.cache_dir`)."""
-    from agentforge.evaluator.stage_budget import parse_shares
+    from agentforge.evaluator.judge.stage_budget import parse_shares
 
     extra: dict[str, Any] = {}
     if settings.ray_address:

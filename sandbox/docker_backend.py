@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentforge.evaluator import stage_budget
+from agentforge.evaluator.judge import stage_budget
 from agentforge.evaluator.result import EvalJob, EvalResult
 from agentforge.sandbox import channel, reaper, verdict
 from agentforge.sandbox.config import NOBODY, SandboxConfig

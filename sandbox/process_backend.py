@@ -21,8 +21,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from agentforge.evaluator import baseline_cache, header_prebuild, stage_budget
+from agentforge.evaluator import header_prebuild
 from agentforge.evaluator.build_cache import TRUSTED_TREE
+from agentforge.evaluator.judge import baseline_cache, stage_budget
 from agentforge.evaluator.result import EvalJob, EvalResult
 from agentforge.sandbox import channel, isolation, reaper, spares, verdict
 from agentforge.sandbox.config import DEFAULT_ENTRY, SandboxConfig

@@ -14,7 +14,7 @@ the judge turns into a `refused_syscall` flag):
   its own thread group; no clone that shares memory without being a thread (CLONE_VM without
   CLONE_THREAD), except CLONE_VFORK (posix_spawn: the parent waits until the child executes), and
   none into a new namespace: whatever the worker starts stays in its mount namespace, where the
-  judge's census at the seal finds it (`evaluator.remote.worker_helpers`).
+  judge's census at the seal finds it (`evaluator.judge.proc_view.worker_helpers`).
   clone3 answers ENOSYS: its flags sit in memory a filter cannot read, and glibc falls back to clone.
 - `seal`, installed when the judge asks, before the timing stage: no new process at all (fork, vfork,
   clone without CLONE_THREAD). The builds are over by then (a compiler is a process), so whatever
@@ -32,7 +32,6 @@ import errno
 import os
 import platform
 import struct
-from dataclasses import dataclass
 
 # classic BPF
 _LD_W_ABS = 0x20
@@ -230,31 +229,6 @@ def install(program: bytes) -> None:
         raise SeccompUnavailable(f"seccomp filter refused: {why}")
 
 
-@dataclass(frozen=True)
-class ThreadFilters:
-    mode: int  # 0 none, 1 strict, 2 filter
-    filters: int  # filters stacked on the thread (-1 where the kernel does not say)
-
-
-def filters_of(pid: int) -> dict[int, ThreadFilters]:
-    """What /proc says of each live thread of `pid` (read by the judge, outside the worker)."""
-    found: dict[int, ThreadFilters] = {}
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return found
-    for tid in tids:
-        fields: dict[str, str] = {}
-        try:
-            with open(f"/proc/{pid}/task/{tid}/status") as f:
-                for line in f:
-                    key, _, value = line.partition(":")
-                    fields[key] = value.strip()
-        except OSError:
-            continue
-        if "Seccomp" in fields:
-            found[int(tid)] = ThreadFilters(int(fields["Seccomp"]), int(fields.get("Seccomp_filters", "-1")))
-    return found
 
 
 def guard() -> str:

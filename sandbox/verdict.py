@@ -12,8 +12,8 @@ import datetime
 import signal
 import socket
 
+from agentforge.evaluator.judge.stage_budget import last_stage_mark
 from agentforge.evaluator.result import ErrorRecord, EvalJob, EvalProvenance, EvalResult, Stage, Status
-from agentforge.evaluator.stage_budget import last_stage_mark
 from agentforge.sandbox.watchdog import Breach
 
 from agentforge.candidate import code_hash

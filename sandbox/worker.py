@@ -21,11 +21,15 @@ import socket
 import subprocess
 import sys
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from agentforge.evaluator.protocol import wire
 from agentforge.evaluator.result import from_plain
-from agentforge.sandbox import limits, seccomp, wire
+from agentforge.sandbox import limits, seccomp
 from agentforge.sandbox.request import Limits
+
+if TYPE_CHECKING:
+    from agentforge.evaluator.judge.remote import SeccompNames, WorkerClient
 
 
 def _close_other_fds(keep: set[int]) -> None:
@@ -118,7 +122,7 @@ def serve(sock: socket.socket) -> None:
         setup = wire.receive(sock)
         hardened = _harden(setup)
         _configure(setup)
-        from agentforge.evaluator.candidate_side import Worker, serve_request
+        from agentforge.evaluator.worker.candidate_side import Worker, serve_request
 
         worker = Worker()
         wire.send(sock, {"id": setup.get("id"), "ready": True, "pid": os.getpid(), "separation": hardened})
@@ -207,6 +211,24 @@ def spawn_worker(python: str | None = None, interpret: bool = False) -> tuple[su
     finally:
         worker_end.close()
     return proc, judge_end
+
+
+def launch_worker(interpret: bool = False) -> WorkerClient:
+    """A fresh worker interpreter (`spawn_worker`) and the judge's handle on it, told what this
+    sandbox's seccomp filters refuse. What `run_pipeline` is given to start its own worker."""
+    from agentforge.evaluator.judge.proc_view import processes_below
+    from agentforge.evaluator.judge.remote import WorkerClient
+
+    older = processes_below(os.getpid())
+    proc, sock = spawn_worker(interpret=interpret)
+    return WorkerClient(sock, proc.pid, proc, older, filters=seccomp_names())
+
+
+def seccomp_names() -> SeccompNames:
+    """What the worker's guard and seal refuse, for the judge's verdict when one kills it."""
+    from agentforge.evaluator.judge.remote import SeccompNames
+
+    return SeccompNames(guarded=seccomp.GUARDED, sealed=seccomp.SEALED)
 
 
 def main(argv: list[str] | None = None) -> None:

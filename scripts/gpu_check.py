@@ -4,7 +4,7 @@
 
 Steps, in order (estimates for one H100 with a cold build cache; `--plan` prints them per call):
 
-1. doctor           every prerequisite, ok or what to do (`agentforge.evaluator.hardware.doctor`),
+1. doctor           every prerequisite, ok or what to do (`agentforge.doctor`),
                     ncu's metric list for this GPU included
 2. timing_fidelity  the evaluator's median (head start on, the default, and off) vs Triton's do_bench
                     vs ncu's gpu__time_duration on 6 kernels from ~2 us to ~2 ms, the SM clock beside
@@ -122,8 +122,8 @@ def path_shim() -> Path:
 
 def gpu_identity() -> dict[str, Any]:
     import torch
-    from agentforge.evaluator.hardware.doctor import driver_cuda_version, gather
 
+    from agentforge.doctor import driver_cuda_version, gather
     from agentforge.kernel_library import gpu_slug
 
     facts = gather()
@@ -148,7 +148,7 @@ def sandbox_config(isolation: str = "auto", **changes: Any) -> Any:
 def step_doctor(state: dict[str, Any], deadline: float) -> dict[str, Any]:
     from dataclasses import asdict
 
-    from agentforge.evaluator.hardware import doctor
+    from agentforge import doctor
 
     started = time.monotonic()
     checks = doctor.run_checks()
@@ -469,10 +469,10 @@ def _one_evaluation(kernel: Any, isolation: str, deadline: float, profile: bool 
     """One sandboxed evaluation on the task's smallest shape: it proves the sandbox and the
     profiler, not the kernel's speed (the 1 GB default shape of a reference task spent 166 s in
     correctness alone on an H200)."""
-    from agentforge.evaluator.api import evaluate, make_job
     from agentforge.evaluator.result import Measure, TimingConfig
 
     from agentforge.candidate import Candidate
+    from agentforge.evaluation import evaluate, make_job
     from agentforge.kernel_library import kernel_task
 
     task = kernel_task(kernel)
@@ -524,7 +524,7 @@ def _prebuild_one(source: str, name: str, cache: str) -> tuple[str, bool, float,
     """Build one CUDA reference kernel into the sandbox's cache, as the sandbox user (so the child
     finds it under its own uid's build tree)."""
     from agentforge.evaluator import build_cache
-    from agentforge.evaluator.loading import load_candidate
+    from agentforge.evaluator.worker.loading import load_candidate
 
     started = time.monotonic()
     build_cache.set_cache_root(cache)

@@ -26,7 +26,7 @@ pytest_plugins = ["tests.fixtures.progress_clock"]
 # 2 GB) for each new build cache that meets a load_inline candidate. Tests each use a cache of their
 # own, so they would start dozens: off here, on in the test of that feature.
 os.environ.setdefault("AGENTFORGE_SANDBOX_PREBUILD_HEADERS", "false")
-# Likewise the torch.compile baseline builder (evaluator/baseline_cache.py): a detached compile per
+# Likewise the torch.compile baseline builder (evaluator/judge/baseline_cache.py): a detached compile per
 # test's own cache, also for jobs that never reach timing; on in the tests of that feature.
 os.environ.setdefault("AGENTFORGE_SANDBOX_PREBUILD_BASELINES", "false")
 # Likewise a CLI run keeps a spare child (an idle interpreter with torch) for its next CPU job;

@@ -28,8 +28,8 @@ def cuda_without_gpu(job: EvalJob, figures: dict[str, Any], wanted: tuple[str, .
     """None unless `job` is a CUDA job and the probe saw no GPU; else what runs instead. Raises
     PreflightError when nothing can (no nvcc)."""
     from agentforge.agent.preflight import PreflightError
-    from agentforge.evaluator.compile_only import find_nvcc
     from agentforge.evaluator.cuda_emulation.judge import MAX_ELEMENTS
+    from agentforge.evaluator.worker.compile_only import find_nvcc
 
     memory = figures.get("memory") or {}
     if job.backend != "cuda" or memory.get("kind") == "cuda":

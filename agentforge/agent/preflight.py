@@ -127,7 +127,7 @@ def run_probe(job: EvalJob, sandbox: SandboxConfig) -> EvalResult:
     failure but the sandbox's own is the task's: it was the only code that ran."""
     from agentforge.agent import probe_cache
     from agentforge.candidate import code_hash
-    from agentforge.evaluator.api import evaluate
+    from agentforge.evaluation import evaluate
     from agentforge.evaluator.result import ErrorRecord, Stage, Status
 
     config = sandbox.replace(entry=PROBE_ENTRY, timeout_s=min(sandbox.timeout_s, PROBE_TIMEOUT_S),

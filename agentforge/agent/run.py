@@ -282,7 +282,7 @@ def _sandboxed_evaluate(settings: Settings, device: str, baselines: tuple[str, .
                         compile_modes: Sequence[str] | None = None) -> Evaluate:
     """The sandboxed evaluator; `timed=False`: build and correctness only (the search's checks);
     `compile_modes`: the torch.compile modes of the `compile` baseline (default: Measure's)."""
-    from agentforge.evaluator.api import evaluate, make_job
+    from agentforge.evaluation import evaluate, make_job
     from agentforge.sandbox.config import from_settings
 
     sandbox = from_settings(settings.sandbox, settings.cache_dir)

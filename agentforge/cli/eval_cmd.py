@@ -149,7 +149,7 @@ def _evaluate(task_ref: str, candidate: Path, flags: dict[str, Any], config: str
     _prestart(settings, candidate, sandbox, timing and compile_baseline)  # its child imports torch as this does
     from agentforge.agent.preflight import PreflightError, check_text, prepare
     from agentforge.candidate import Candidate, guess_backend
-    from agentforge.evaluator.api import default_device, evaluate, make_job
+    from agentforge.evaluation import default_device, evaluate, make_job
     from agentforge.evaluator.result import CorrectnessConfig, Measure
 
     task = _read_task(task_ref, settings)

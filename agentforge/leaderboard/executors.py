@@ -30,7 +30,7 @@ def make_executor(
     chosen = config.replace(kind=kind, extra=extra)
 
     def run(jobs: Sequence[EvalJob], on_result: Callable[[EvalResult], None]) -> list[EvalResult]:
-        from agentforge.evaluator.api import evaluate_many
+        from agentforge.evaluation import evaluate_many
 
         return evaluate_many(list(jobs), chosen, workers=workers, on_result=lambda _i, r: on_result(r))
 

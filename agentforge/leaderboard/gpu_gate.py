@@ -54,7 +54,7 @@ def gated_evaluate(
     as `leaderboard run --no-compile-baseline` asks (torch.compile is slow to build). `shapes`,
     `timing` and `compile_modes` as `--shape` and `--quick` ask (empty or None: the evaluator's
     defaults, the backend's shapes among them)."""
-    from agentforge.evaluator.api import evaluate as sandbox_evaluate
+    from agentforge.evaluation import evaluate as sandbox_evaluate
     from agentforge.evaluator.api import make_job
     from agentforge.sandbox.config import from_settings
 

@@ -68,7 +68,7 @@ class CudaMeansCpu(TorchFunctionMode):
 
 def _emulate(name: str, make: Any) -> Any:
     """The emulation's build of what nvcc just built; its events kept out of the verdict's."""
-    from agentforge.evaluator import cuda_lookalike
+    from agentforge.evaluator.worker import cuda_lookalike
 
     before = len(BUILD_EVENTS)
     try:
@@ -85,7 +85,7 @@ def _emulate(name: str, make: Any) -> Any:
 
 def _judged_load_inline(arch: str, torch_load_inline: Any) -> Any:
     """`load_inline`: the verdict's build (a failure raises to the candidate), then the emulation's."""
-    from agentforge.evaluator import cuda_lookalike
+    from agentforge.evaluator.worker import cuda_lookalike
 
     verdict = cuda_lookalike.make_load_inline(arch)
     signature = inspect.signature(torch_load_inline)
@@ -101,7 +101,7 @@ def _judged_load_inline(arch: str, torch_load_inline: Any) -> Any:
 def _judged_load(arch: str) -> Any:
     """`cpp_extension.load(name, sources=[files])`: the verdict's build of the files, then the
     emulation's, the files read and built as `load_inline` sources."""
-    from agentforge.evaluator import cuda_lookalike
+    from agentforge.evaluator.worker import cuda_lookalike
 
     verdict = cuda_lookalike.make_load(arch)
 
@@ -120,7 +120,7 @@ def _judged_load(arch: str) -> Any:
 def _judged_load_cuda(arch: str) -> Any:
     """The lean `native.load_cuda`: nvcc's verdict (a failure raises to the candidate), then the
     emulation's build of the same source, a module whose kernels run on the CPU (`lean`)."""
-    from agentforge.evaluator import cuda_lookalike
+    from agentforge.evaluator.worker import cuda_lookalike
 
     verdict = cuda_lookalike.make_load_cuda(arch)
 
@@ -134,7 +134,7 @@ def _judged_load_cuda(arch: str) -> Any:
 def stop_reason(called: bool) -> str:
     """Why the drive should end here ("" when it goes on): a build failed (the verdict), a build
     cannot run here, or (`called`: a forward returned) a CUDA candidate built no CUDA code."""
-    from agentforge.evaluator import cuda_lookalike
+    from agentforge.evaluator.worker import cuda_lookalike
 
     if any(not e.ok for e in BUILD_EVENTS):
         return "a build failed: the compile verdict decides"
@@ -149,7 +149,8 @@ def activate(arch: str) -> None:
     """Make this worker process a CUDA-looking machine whose kernels run on the CPU (for good)."""
     if _active:
         return
-    from agentforge.evaluator import cuda_lookalike, native
+    from agentforge.evaluator import native
+    from agentforge.evaluator.worker import cuda_lookalike
     from torch.utils import cpp_extension
 
     torch_load_inline = native._torch_load_inline()  # torch's own, saved before any swap

@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from agentforge.evaluator.hardware import doctor
+
+from agentforge import doctor
 
 AGENTFORGE = str(Path(sys.executable).parent / "agentforge")
 
@@ -91,7 +92,7 @@ def test_a_check_that_raises_is_one_failed_line(monkeypatch) -> None:
 
 
 def test_the_doctor_module_imports_only_the_standard_library_and_torch() -> None:
-    code = ("import sys; import agentforge.evaluator.hardware.doctor as d; d.run_checks(); "
+    code = ("import sys; import agentforge.doctor as d; d.run_checks(); "
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
             "('typer', 'rich', 'pydantic', 'sqlalchemy', 'langgraph', 'openai', 'anthropic', 'matplotlib')); "
             "print(bad)")

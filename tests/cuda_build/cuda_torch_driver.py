@@ -28,7 +28,7 @@ def load(source_file: str, cache: str, as_sandbox_user: bool) -> dict[str, Any]:
         os.setgid(SANDBOX_UID)
         os.setuid(SANDBOX_UID)
     from agentforge.evaluator import build_cache
-    from agentforge.evaluator.loading import load_candidate
+    from agentforge.evaluator.worker.loading import load_candidate
     from torch.utils import cpp_extension
 
     build_cache.set_cache_root(cache)

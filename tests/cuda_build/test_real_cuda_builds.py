@@ -126,7 +126,7 @@ def test_gpu_check_prebuild_builds_as_the_sandbox_user_for_its_evaluations(cuda_
 def test_doctor_under_a_cuda_torch_names_a_cuda_home_without_headers(cuda_python: str, tmp_path: Path) -> None:
     bare = tmp_path / "no-cuda-headers"
     bare.mkdir()
-    proc = subprocess.run([cuda_python, "-m", "agentforge.evaluator.hardware.doctor", "--json"], capture_output=True,
+    proc = subprocess.run([cuda_python, "-m", "agentforge.doctor", "--json"], capture_output=True,
                           text=True, timeout=120, env={**os.environ, "CUDA_HOME": str(bare)})
     checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
     assert checks["torch"]["detail"].endswith("build") and "CUDA" in checks["torch"]["detail"]

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 from agentforge.evaluator import build_cache
-from agentforge.evaluator.compile_only import find_nvcc
 from agentforge.evaluator.cuda_emulation import lean
-from agentforge.evaluator.pipeline import run_pipeline
+from agentforge.evaluator.judge.pipeline import run_pipeline
 from agentforge.evaluator.result import EvalJob, Stage, Status
+from agentforge.evaluator.worker.compile_only import find_nvcc
+from agentforge.sandbox.worker import launch_worker
 
 REPO = Path(__file__).resolve().parents[2]
 RELU_CANDIDATE = REPO / "tests" / "evaluator" / "candidates" / "relu_load_cuda.py"
@@ -118,7 +119,7 @@ def job(source: str) -> EvalJob:
 
 @needs_nvcc
 def test_a_lean_candidate_is_executed_by_the_emulation_beside_its_nvcc_verdict() -> None:
-    result = run_pipeline(job(RELU_CANDIDATE.read_text()))
+    result = run_pipeline(job(RELU_CANDIDATE.read_text()), launch_worker)
     assert result.status == Status.OK and result.executed_on == "cpu-emulation", result.summary()
     assert result.compile.path == "compile-only-nvcc" and result.compile.arch == "sm_90a"
     assert [k.name for k in result.compile.resources] == ["relu"]
@@ -129,7 +130,7 @@ def test_a_lean_candidate_is_executed_by_the_emulation_beside_its_nvcc_verdict()
 @needs_nvcc
 def test_a_lean_candidate_reading_past_its_input_fails_at_run_time() -> None:
     source = RELU_CANDIDATE.read_text().replace("if (i < n) {", "if (i <= n) {")
-    result = run_pipeline(job(source))
+    result = run_pipeline(job(source), launch_worker)
     assert result.status == Status.RUNTIME_ERROR and result.executed_on == "cpu-emulation", result.summary()
     # x[n] read or y[n] written, whichever of the two allocations drew its guard past its end
     assert ILLEGAL + "out-of-bounds global" in result.error.message and "past the end" in result.error.message
@@ -140,7 +141,7 @@ def test_a_lean_candidate_reading_past_its_input_fails_at_run_time() -> None:
 def test_a_lean_candidate_with_inline_ptx_keeps_the_verdict_and_is_not_executed() -> None:
     source = RELU_CANDIDATE.read_text().replace(
         "long long i = ", 'unsigned l; asm volatile("mov.u32 %0, %%laneid;" : "=r"(l));\n    long long i = ')
-    result = run_pipeline(job(source))
+    result = run_pipeline(job(source), launch_worker)
     assert result.status == Status.OK and result.stage == Stage.BUILD and result.compiled, result.summary()
     assert result.executed_on == "" and "inline PTX (asm) at line" in result.execution_note
     assert "needs a GPU" in result.execution_note and not result.correctness

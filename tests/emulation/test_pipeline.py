@@ -5,14 +5,15 @@ torch's flags first; a construct that needs a GPU keeps the verdict, a failed bu
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from agentforge.evaluator.compile_only import find_nvcc
-from agentforge.evaluator.pipeline import run_pipeline
-from agentforge.evaluator.remote import WorkerClient
+from agentforge.evaluator.judge.pipeline import run_pipeline
+from agentforge.evaluator.judge.remote import WorkerClient
 from agentforge.evaluator.result import EvalJob, Stage, Status
+from agentforge.evaluator.worker.compile_only import find_nvcc
+from agentforge.sandbox.worker import launch_worker
 
 REPO = Path(__file__).resolve().parents[2]
 # Slow: nvcc for the compile-only verdict, then the emulation's own host-compiler build, in workers.
@@ -55,7 +56,7 @@ def job(source: str) -> EvalJob:
 
 
 def test_a_cuda_candidate_is_checked_by_the_emulation_beside_its_nvcc_verdict() -> None:
-    result = run_pipeline(job(candidate(CUDA % "0.f")))
+    result = run_pipeline(job(candidate(CUDA % "0.f")), launch_worker)
     assert result.status == Status.OK and result.executed_on == "cpu-emulation", result.summary()
     assert result.compile.path == "compile-only-nvcc" and result.compile.resources
     assert result.correctness and all(r.passed for r in result.correctness)
@@ -64,7 +65,7 @@ def test_a_cuda_candidate_is_checked_by_the_emulation_beside_its_nvcc_verdict() 
 
 def test_inline_ptx_keeps_the_verdict_and_says_execution_needs_a_gpu() -> None:
     ptx = CUDA.replace("long i = ", 'unsigned l; asm volatile("mov.u32 %%0, %%%%laneid;" : "=r"(l));\n    long i = ')
-    result = run_pipeline(job(candidate(ptx % "0.f")))
+    result = run_pipeline(job(candidate(ptx % "0.f")), launch_worker)
     assert result.status == Status.OK and result.stage == Stage.BUILD and result.compiled, result.summary()
     assert result.executed_on == "" and "inline PTX (asm) at line" in result.execution_note
     assert "needs a GPU" in result.execution_note and not result.correctness
@@ -121,25 +122,23 @@ def worker_visible() -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def spawned(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The worker processes the judge starts, counted."""
+def spawned() -> tuple[list[int], Callable[[bool], WorkerClient]]:
+    """A launcher for `run_pipeline`, and the worker processes it started."""
     started: list[int] = []
-    spawn = WorkerClient.spawn.__func__  # type: ignore[attr-defined]
 
-    def counting(cls: type[WorkerClient], interpret: bool = False) -> WorkerClient:
-        client = spawn(cls, interpret)
+    def counting(interpret: bool = False) -> WorkerClient:
+        client = launch_worker(interpret)
         started.append(client.pid)
         return client
 
-    monkeypatch.setattr(WorkerClient, "spawn", classmethod(counting))
-    return started
+    return started, counting
 
 
 def test_one_worker_one_drive_builds_in_forward_once_for_nvcc_and_the_emulation(
         worker_visible: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     log = worker_visible / "steps.log"
-    started = spawned(monkeypatch)
-    result = run_pipeline(job(LAZY.format(log=str(log), head="", build=GOOD_BUILD)))
+    started, launch = spawned()
+    result = run_pipeline(job(LAZY.format(log=str(log), head="", build=GOOD_BUILD)), launch)
     assert result.status == Status.OK and result.executed_on == "cpu-emulation", result.summary()
     assert result.correctness and all(r.passed for r in result.correctness)
     # nvcc's verdict on the build made in forward (torch's flags, the resource report) ...
@@ -161,8 +160,8 @@ def test_a_caught_nvcc_failure_after_a_gpu_only_build_is_the_verdict_and_nothing
     ptx = CUDA.replace("long i = ", 'unsigned l; asm volatile("mov.u32 %%0, %%%%laneid;" : "=r"(l));\n    long i = ')
     head = (f"_ptx = load_inline('relu_emulated', cpp_sources={json.dumps(CPP)},"
             f" cuda_sources={json.dumps(ptx % '0.f')}, functions=['relu'])")
-    started = spawned(monkeypatch)
-    result = run_pipeline(job(LAZY.format(log=str(log), head=head, build=BROKEN_BUILD)))
+    started, launch = spawned()
+    result = run_pipeline(job(LAZY.format(log=str(log), head=head, build=BROKEN_BUILD)), launch)
     assert result.status == Status.COMPILE_ERROR and result.stage == Stage.BUILD, result.summary()
     assert 'identifier "undeclared_name" is undefined' in result.error.message
     assert "nvcc failed to compile relu_broken" in result.error.message and "(build 2 of 2)" in result.error.message
@@ -176,7 +175,7 @@ def test_shapes_too_large_for_the_emulation_keep_the_verdict_with_a_note(monkeyp
     from agentforge.evaluator.cuda_emulation import judge
 
     monkeypatch.setattr(judge, "MAX_ELEMENTS", 0)
-    result = run_pipeline(job(candidate(CUDA % "0.f")))
+    result = run_pipeline(job(candidate(CUDA % "0.f")), launch_worker)
     assert result.status == Status.OK and result.stage == Stage.BUILD, result.summary()
     assert result.compile.path == "compile-only-nvcc" and "under the CUDA lookalike" in result.compile.log_tail
     assert result.executed_on == "" and not result.correctness

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from agentforge.evaluator import baseline_cache
+from agentforge.evaluator.judge import baseline_cache
 from agentforge.evaluator.result import EvalJob, Measure
 
 TASK = '''import torch
@@ -53,8 +53,8 @@ def _judge_compile(cache: Path, spec: baseline_cache.BaselineSpec) -> dict[str, 
     """Compile as the judge does, in a fresh process; what Inductor's FX graph cache said."""
     code = f'''
 import json, sys, torch
-from agentforge.evaluator import baseline_cache
-from agentforge.evaluator.stage_timing import _compiled
+from agentforge.evaluator.judge import baseline_cache
+from agentforge.evaluator.judge.stage_timing import _compiled
 from agentforge.task import Task
 spec = baseline_cache.BaselineSpec.from_json({spec.to_json()!r})
 task = Task(spec.task_name, spec.task_source)
@@ -62,7 +62,7 @@ with baseline_cache.judge_cache_dir({str(cache)!r}, spec, wait_s=0.0) as info, t
     from agentforge.evaluator.numerics import numeric_switches
     with numeric_switches(True):
         torch.set_num_threads(1)
-        from agentforge.evaluator.stage_correctness import set_mode
+        from agentforge.evaluator.models import set_mode
         ref = set_mode(task.make_model(5, spec.shape))
         _compiled(ref, "default")(*task.make_inputs(6, spec.shape))
     folder = info.folder
@@ -84,7 +84,7 @@ def test_a_built_entry_answers_the_judges_compile_from_a_private_copy(tmp_path: 
 
     # The builder as the parent starts it: a process of its own (in this one, an earlier compile of
     # the same graph would answer from memory and leave nothing on disk).
-    built = subprocess.run([sys.executable, "-m", "agentforge.evaluator.baseline_cache", "--cache", str(tmp_path),
+    built = subprocess.run([sys.executable, "-m", "agentforge.evaluator.judge.baseline_cache", "--cache", str(tmp_path),
                             "--spec", spec.to_json()], capture_output=True, text=True, timeout=600)
     assert "built in" in built.stdout, built.stdout + built.stderr
     entry = baseline_cache.entry(tmp_path, spec)
@@ -163,10 +163,10 @@ def test_a_candidate_cannot_write_the_judges_caches(tmp_path: Path) -> None:
     """A real sandboxed evaluation whose candidate tries, at load and in every call, to plant,
     overwrite and delete files in the trusted tree (the compiled baselines and the task probes): the
     tree is unchanged and the torch.compile baseline is timed, from the judge's cache."""
-    from agentforge.evaluator.api import evaluate, make_job
     from agentforge.sandbox import SandboxConfig
 
     from agentforge.candidate import Candidate
+    from agentforge.evaluation import evaluate, make_job
     from agentforge.task import load_task
 
     cache = tmp_path / "cache"
@@ -177,7 +177,7 @@ def test_a_candidate_cannot_write_the_judges_caches(tmp_path: Path) -> None:
     job = make_job(task, Candidate(source, "cpu"), device="cpu", cache_dir=str(cache))
     spec = baseline_cache.spec_for_job(job, has_gpu=False)
     assert spec is not None
-    built = subprocess.run([sys.executable, "-m", "agentforge.evaluator.baseline_cache", "--cache", str(cache),
+    built = subprocess.run([sys.executable, "-m", "agentforge.evaluator.judge.baseline_cache", "--cache", str(cache),
                             "--spec", spec.to_json()], capture_output=True, text=True, timeout=600)
     assert "built in" in built.stdout, built.stdout + built.stderr  # as the parent's builder would
     before = _tree_state(cache / "trusted")

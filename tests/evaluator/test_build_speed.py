@@ -25,7 +25,8 @@ UNDER_A_FILE_LIMIT = """
 import resource, sys, tempfile
 from pathlib import Path
 resource.setrlimit(resource.RLIMIT_FSIZE, (512 << 20, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
-from agentforge.evaluator import build_cache, native
+from agentforge.evaluator import build_cache
+from agentforge.evaluator import native
 build_cache.set_cache_root(sys.argv[1])
 with tempfile.TemporaryDirectory() as tmp:
     plan = native.torch_build_plan(Path(tmp), "probe", [Path(tmp) / "main.cpp"])
@@ -100,7 +101,8 @@ def _built_folder(root: Path) -> Path:
 
 LOAD_AGAIN = """
 import sys
-from agentforge.evaluator import build_cache, native
+from agentforge.evaluator import build_cache
+from agentforge.evaluator import native
 build_cache.set_cache_root(sys.argv[1])
 module = native.cached_load_inline("relu_pch", cpp_sources=sys.argv[2], functions=["relu_forward"])
 print("loaded", native.BUILD_EVENTS[-1].cached)

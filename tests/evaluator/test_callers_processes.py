@@ -11,8 +11,9 @@ import sys
 import threading
 
 from agentforge.evaluator.api import make_job
-from agentforge.evaluator.pipeline import run_pipeline
+from agentforge.evaluator.judge.pipeline import run_pipeline
 from agentforge.evaluator.result import Measure, TimingConfig
+from agentforge.sandbox.worker import launch_worker
 
 from agentforge.candidate import Candidate
 from agentforge.task import Task
@@ -30,7 +31,7 @@ def _job() -> object:
 def test_a_process_the_caller_started_before_is_not_the_workers() -> None:
     sleeper = subprocess.Popen(SLEEPER)
     try:
-        result = run_pipeline(_job())
+        result = run_pipeline(_job(), launch_worker)
     finally:
         sleeper.kill()
         sleeper.wait()
@@ -50,7 +51,7 @@ def test_processes_the_caller_starts_while_the_worker_runs_are_not_the_workers()
     thread = threading.Thread(target=keep_starting)
     thread.start()
     try:
-        result = run_pipeline(_job())
+        result = run_pipeline(_job(), launch_worker)
     finally:
         done.set()
         thread.join()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agentforge.evaluator.compile_only import find_nvcc
+from agentforge.evaluator.worker.compile_only import find_nvcc
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent

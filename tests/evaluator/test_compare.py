@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from agentforge.evaluator.compare import compare, expected_dtype, reference_output_dtypes, same_result
+from agentforge.evaluator.judge.compare import compare, expected_dtype, reference_output_dtypes, same_result
 
 
 def ref64(*values: float) -> torch.Tensor:
@@ -143,7 +143,7 @@ def test_the_blockwise_finite_path_agrees_with_the_general_one_and_leaves_output
     """All-finite outputs are compared block by block in float64; a wrong element in a later block
     is found and counted, a float64 output is not changed by being compared, and a NaN still goes
     to the general path's explanation."""
-    from agentforge.evaluator.compare import FINITE_CHUNK
+    from agentforge.evaluator.judge.compare import FINITE_CHUNK
 
     ref = torch.randn(3 * FINITE_CHUNK + 7, dtype=torch.float64)
     out = ref.float()

@@ -20,8 +20,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agentforge.evaluator import api_drift, build_cache, header_prebuild, native
-from agentforge.evaluator.compile_only import (
+from agentforge.evaluator import build_cache, header_prebuild, native
+from agentforge.evaluator.header_prebuild import FlagSet
+from agentforge.evaluator.judge.pipeline import run_pipeline
+from agentforge.evaluator.result import EvalJob, Stage, Status
+from agentforge.evaluator.worker import api_drift
+from agentforge.evaluator.worker.compile_only import (
     _compile_objects,
     _cpu_torch_shim,
     _main_pch,
@@ -30,9 +34,7 @@ from agentforge.evaluator.compile_only import (
     find_nvcc,
     torch_plan,
 )
-from agentforge.evaluator.header_prebuild import FlagSet
-from agentforge.evaluator.pipeline import run_pipeline
-from agentforge.evaluator.result import EvalJob, Stage, Status
+from agentforge.sandbox.worker import launch_worker
 
 EXPLOITS = Path(__file__).resolve().parent.parent / "exploits"
 CANDIDATES = Path(__file__).resolve().parent / "candidates"
@@ -130,7 +132,7 @@ def torch_own_build(call: dict, folder: Path) -> str:
 @pytest.mark.parametrize("wrong", ["bf16_implicit", "half_operator"])
 def test_what_torchs_flags_forbid_fails_as_torchs_own_build_fails_it(fresh_cache: Path, tmp_path: Path,
                                                                      wrong: str) -> None:
-    result = run_pipeline(job(module_calling(CALLS[wrong]), fresh_cache))
+    result = run_pipeline(job(module_calling(CALLS[wrong]), fresh_cache), launch_worker)
     assert result.status == Status.COMPILE_ERROR and result.stage == Stage.BUILD, result.summary()
     assert result.error is not None and "nvcc failed" in result.error.message
     ours = set(NVCC_ERROR.findall(result.error.traceback_tail))
@@ -142,7 +144,7 @@ def test_what_torchs_flags_forbid_fails_as_torchs_own_build_fails_it(fresh_cache
 @pytest.mark.parametrize("right", ["bf16_explicit", "half_intrinsic"])
 def test_their_explicit_twins_compile_here_and_in_torchs_own_build(fresh_cache: Path, tmp_path: Path,
                                                                    right: str) -> None:
-    result = run_pipeline(job(module_calling(CALLS[right]), fresh_cache))
+    result = run_pipeline(job(module_calling(CALLS[right]), fresh_cache), launch_worker)
     assert result.status == Status.OK and result.stage == Stage.BUILD, result.summary()
     assert result.compile.arch == "sm_90a" and result.compile.resources
     own = torch_own_build(CALLS[right], tmp_path / "torch")
@@ -151,7 +153,7 @@ def test_their_explicit_twins_compile_here_and_in_torchs_own_build(fresh_cache: 
 
 
 def test_the_lean_load_cuda_path_compiles_for_sm90a_and_stops(fresh_cache: Path) -> None:
-    result = run_pipeline(job((CANDIDATES / "relu_load_cuda.py").read_text(), fresh_cache))
+    result = run_pipeline(job((CANDIDATES / "relu_load_cuda.py").read_text(), fresh_cache), launch_worker)
     assert result.status == Status.OK and result.stage == Stage.BUILD, result.summary()
     assert result.compile.path == "compile-only-nvcc" and result.compile.arch == "sm_90a"
     (kernel,) = result.compile.resources
@@ -173,7 +175,7 @@ def test_a_verdict_is_cached_by_its_sources_and_flags(fresh_cache: Path) -> None
 def test_a_cuda_candidate_compiles_for_sm90a_with_its_resources(fresh_cache: Path) -> None:
     """The KernelBench shape: torch's implicit torch/types.h in cuda.cu, torch/extension.h and the
     generated pybind module in main.cpp (30-90 s of nvcc and g++ on two cores)."""
-    result = run_pipeline(job(LEAN, fresh_cache))
+    result = run_pipeline(job(LEAN, fresh_cache), launch_worker)
     assert result.status == Status.OK and result.stage == Stage.BUILD, result.summary()
     assert result.compiled and not result.accepted  # nothing ran: no correctness, so not accepted
     assert result.compile is not None and result.compile.arch == "sm_90a"
@@ -187,7 +189,7 @@ def test_a_cuda_candidate_compiles_for_sm90a_with_its_resources(fresh_cache: Pat
 @pytest.mark.slow
 def test_a_broken_cuda_source_is_a_compile_error_with_the_compilers_message(fresh_cache: Path) -> None:
     broken = LEAN.replace("tile[threadIdx.x] = i < n", "tile[threadIdx.x] = undeclared_name + (i < n")
-    result = run_pipeline(job(broken, fresh_cache))
+    result = run_pipeline(job(broken, fresh_cache), launch_worker)
     assert result.status == Status.COMPILE_ERROR and result.stage == Stage.BUILD, result.error
     assert result.error is not None and "nvcc failed" in result.error.message
     assert result.compile is not None and not result.compile.ok
@@ -200,7 +202,7 @@ def test_broken_cpp_glue_is_a_compile_error_from_gxx(fresh_cache: Path) -> None:
     """The glue binds a function its cpp_sources never declare: g++ fails on main.cpp (torch's
     generated `m.def("launch_relu", ...)`), as torch's build does on a GPU machine."""
     broken = LEAN.replace('functions=["launch"]', 'functions=["launch_relu"]')
-    result = run_pipeline(job(broken, fresh_cache))
+    result = run_pipeline(job(broken, fresh_cache), launch_worker)
     assert result.status == Status.COMPILE_ERROR and result.stage == Stage.BUILD, result.summary()
     assert "g++ failed to compile the cpp_sources" in result.error.message
     assert "nvcc failed" not in result.error.message  # the CUDA side was fine
@@ -214,7 +216,7 @@ def test_a_glue_declaration_the_cuda_side_does_not_define_fails_before_the_impor
     ("undefined symbol"); here the verdict says so at the build."""
     mismatched = LEAN.replace("void launch(const float* x, float* y, long n) { relu_kernel",
                               "void launch(const float* x, float* y, int n) { relu_kernel")
-    result = run_pipeline(job(mismatched, fresh_cache))
+    result = run_pipeline(job(mismatched, fresh_cache), launch_worker)
     assert result.status == Status.COMPILE_ERROR and result.stage == Stage.BUILD, result.summary()
     assert "do not define" in result.error.message
     assert "launch(float const*, float*, long)" in result.error.traceback_tail
@@ -286,7 +288,7 @@ def test_main_cpp_reads_the_parents_header_and_fails_with_the_same_error(fresh_c
     # this process builds where it did before (a leftover sent a later test's builds to the trusted tree)
     assert (build_cache.cache_root(), build_cache._builds()) == before
     broken = LEAN.replace('functions=["launch"]', 'functions=["launch_relu"]')
-    result = run_pipeline(job(broken, fresh_cache))
+    result = run_pipeline(job(broken, fresh_cache), launch_worker)
     assert result.status == Status.COMPILE_ERROR and "g++ failed to compile the cpp_sources" in result.error.message
     assert re.search(r"main\.cpp:\d+:\d+: error: .*launch_relu", result.error.traceback_tail)
     log = next(fresh_cache.glob("**/nvcc-inline/*/build.log")).read_text()

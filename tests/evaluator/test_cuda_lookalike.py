@@ -1,5 +1,5 @@
 """Compile-only CUDA verdicts that reach every build: ModelNew constructed and driven under the CUDA
-lookalike (`evaluator/cuda_lookalike.py`), with the real nvcc, g++, sandbox worker and CLI.
+lookalike (`evaluator/worker/cuda_lookalike.py`), with the real nvcc, g++, sandbox worker and CLI.
 
 Published KernelBench answers build their extensions in `__init__` behind
 `torch.cuda.is_available()` or on the first `forward` behind `x.is_cuda`, and many catch a failed
@@ -22,10 +22,12 @@ from typing import Any
 
 import pytest
 import torch
-from agentforge.evaluator import api_drift, build_cache, cuda_lookalike
-from agentforge.evaluator.compile_only import cuda_home, find_nvcc
-from agentforge.evaluator.pipeline import run_pipeline
+from agentforge.evaluator import build_cache
+from agentforge.evaluator.judge.pipeline import run_pipeline
 from agentforge.evaluator.result import EvalJob, Stage, Status
+from agentforge.evaluator.worker import api_drift, cuda_lookalike
+from agentforge.evaluator.worker.compile_only import cuda_home, find_nvcc
+from agentforge.sandbox.worker import launch_worker
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -149,7 +151,7 @@ def test_api_drift_is_named_with_its_replacement() -> None:
 # ----- through the judge and the worker, real nvcc ----------------------------------------------
 @needs_nvcc
 def test_a_build_in_forward_behind_is_cuda_is_reached(fresh_cache: Path) -> None:
-    result = run_pipeline(job(BUILT_IN_FORWARD, fresh_cache))
+    result = run_pipeline(job(BUILT_IN_FORWARD, fresh_cache), launch_worker)
     assert result.status == Status.OK and result.stage == Stage.BUILD, result.summary()
     assert result.compiled and result.compile.path == "compile-only-nvcc"
     assert result.compile.resources and result.compile.resources[0].registers
@@ -159,7 +161,7 @@ def test_a_build_in_forward_behind_is_cuda_is_reached(fresh_cache: Path) -> None
 
 @needs_nvcc
 def test_a_cuda_candidate_that_builds_no_cuda_says_so(fresh_cache: Path) -> None:
-    result = run_pipeline(job(TORCH_ONLY, fresh_cache))
+    result = run_pipeline(job(TORCH_ONLY, fresh_cache), launch_worker)
     assert result.status == Status.NO_CUDA_BUILD and result.stage == Stage.BUILD, result.summary()
     assert not result.compiled and "compiled no CUDA code" in result.error.message
     assert "up to forward" in result.error.message
@@ -167,14 +169,14 @@ def test_a_cuda_candidate_that_builds_no_cuda_says_so(fresh_cache: Path) -> None
 
 @needs_nvcc
 def test_a_refused_flag_the_candidate_caught_is_still_the_verdict(fresh_cache: Path) -> None:
-    result = run_pipeline(job(FORBIDDEN_FLAG_CAUGHT, fresh_cache))
+    result = run_pipeline(job(FORBIDDEN_FLAG_CAUGHT, fresh_cache), launch_worker)
     assert result.status == Status.COMPILE_ERROR, result.summary()
     assert "forbidden compiler flags ['--use_fast_math']" in result.error.message
 
 
 @needs_nvcc
 def test_every_build_is_made_and_a_later_broken_one_is_the_verdict(fresh_cache: Path) -> None:
-    result = run_pipeline(job(SECOND_BUILD_BROKEN, fresh_cache))
+    result = run_pipeline(job(SECOND_BUILD_BROKEN, fresh_cache), launch_worker)
     assert result.status == Status.COMPILE_ERROR and result.stage == Stage.BUILD, result.summary()
     assert "nvcc failed to compile second" in result.error.message
     assert 'identifier "missing_name" is undefined' in result.error.message  # the first error, in the message
@@ -245,8 +247,9 @@ def compile_flags(output: str, source: str) -> list[str]:
 def test_the_compile_flags_are_those_of_torchs_own_build(fresh_cache: Path, tmp_path: Path) -> None:
     call = {"name": "flags_probe", "cpp_sources": "", "cuda_sources": KERNEL % "x[i]", "no_implicit_headers": True,
             "extra_cuda_cflags": ["-O3", "--expt-relaxed-constexpr"]}
-    result = run_pipeline(job(module(f"_e = load_inline(**{call!r})\nclass ModelNew(nn.Module):\n"
-                                     "    def forward(self, x):\n        return _e.k(x)\n"), fresh_cache))
+    source = module(f"_e = load_inline(**{call!r})\nclass ModelNew(nn.Module):\n"
+                    "    def forward(self, x):\n        return _e.k(x)\n")
+    result = run_pipeline(job(source, fresh_cache), launch_worker)
     assert result.status == Status.OK, result.summary()
     (tmp_path / "torch").mkdir()
     own = subprocess.run([sys.executable, "-c", TORCH_OWN_BUILD, cuda_home(find_nvcc()), json.dumps(call),
@@ -310,11 +313,11 @@ def test_an_answer_written_for_older_torch_is_told_the_replacement(fresh_cache: 
     __init__ behind is_available() that falls back to PyTorch) whose dispatch passes `x.type()`:
     current torch's headers refuse it, and the verdict says what to write instead (1-3 minutes of
     nvcc and g++ on two cores)."""
-    result = run_pipeline(job(DRIFTED_ANSWER, fresh_cache))
+    result = run_pipeline(job(DRIFTED_ANSWER, fresh_cache), launch_worker)
     assert result.status == Status.COMPILE_ERROR and result.stage == Stage.BUILD, result.summary()
     assert "nvcc failed to compile scale_ext" in result.error.message
     assert "API drift" in result.error.message and "x.scalar_type()" in result.error.message
-    fixed = run_pipeline(job(DRIFTED_ANSWER.replace("x.type()", "x.scalar_type()"), fresh_cache))
+    fixed = run_pipeline(job(DRIFTED_ANSWER.replace("x.type()", "x.scalar_type()"), fresh_cache), launch_worker)
     assert fixed.status == Status.OK and fixed.compiled, fixed.summary()
     assert any("scale_kernel" in r.name for r in fixed.compile.resources)
     assert "scale_ext.scale" in fixed.compile.log_tail  # forward reached the launch

@@ -206,8 +206,9 @@ def test_only_shared_objects_of_the_build_cache_are_the_candidates(tmp_path: Pat
 def test_a_shipped_cuda_kernel_covers_its_device_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The H100 reference ReLU through the real pipeline: the verdict carries its profiling coverage."""
     from agentforge.evaluator.api import make_job
-    from agentforge.evaluator.pipeline import run_pipeline
+    from agentforge.evaluator.judge.pipeline import run_pipeline
     from agentforge.evaluator.result import Measure, TimingConfig
+    from agentforge.sandbox.worker import launch_worker
 
     from agentforge.candidate import Candidate
     from agentforge.task import load_task
@@ -217,7 +218,7 @@ def test_a_shipped_cuda_kernel_covers_its_device_time(tmp_path: Path, monkeypatc
     job = make_job(load_task("level1/relu"), Candidate(source, backend="cuda"), device="cuda",
                    measure=Measure(timing=True, baselines=("eager",)),
                    timing=TimingConfig(warmup=3, min_reps=10, max_reps=20, time_cap_s=2.0))
-    result = run_pipeline(job)
+    result = run_pipeline(job, launch_worker)
     assert result.accepted and not result.rejecting_flags, result.summary()
     shares = result.timing.device_attribution
     assert shares is not None and shares.calls == da.REPS, result.timing.notes
@@ -229,14 +230,14 @@ def test_a_shipped_cuda_kernel_covers_its_device_time(tmp_path: Path, monkeypatc
 def test_a_torch_fallback_has_no_coverage(tmp_path: Path) -> None:
     """The corpus's plain torch fallback, driven in a real worker: the device ran only torch's kernel.
     (The pipeline rejects it earlier from its aten ops; here the device attribution alone decides.)"""
-    from agentforge.evaluator.remote import WorkerClient
-    from agentforge.evaluator.stage_correctness import build_remote
+    from agentforge.evaluator.judge.stage_correctness import build_remote
+    from agentforge.sandbox.worker import launch_worker
 
     source = (ROOT / "tests" / "exploits" / "cases" / "torch_fallback_plain.py").read_text()
     task = Task("elementwise_relu", (ROOT / "tests" / "exploits" / "tasks" / "elementwise_relu.py").read_text())
     device = torch.device("cuda")
     cache = tmp_path / "cache"
-    client = WorkerClient.spawn()
+    client = launch_worker()
     try:
         client.setup(workdir=os.getcwd(), cache_dir=str(cache), cpu_threads=1, device="cuda", torch_switches=True)
         loaded = client.request("load", source=source, backend="cuda", compile_only=False, arch="sm_90a",

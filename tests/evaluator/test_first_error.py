@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from agentforge.evaluator import build_cache
-from agentforge.evaluator.loading import LOG_TAIL_CHARS, keep_first_error, load_candidate
+from agentforge.evaluator.worker.loading import LOG_TAIL_CHARS, keep_first_error, load_candidate
 
 BROKEN = '''
 from agentforge.evaluator.native import load_cpp

@@ -19,7 +19,7 @@ WATCHER = '''
 import json
 import torch
 from torch import nn
-import agentforge.evaluator.candidate_side as side
+import agentforge.evaluator.worker.candidate_side as side
 
 LOG = {log!r}
 events = []

@@ -7,8 +7,8 @@ import time
 
 import pytest
 import torch
-from agentforge.evaluator import compare as compare_module
 from agentforge.evaluator import guards
+from agentforge.evaluator.judge import compare as compare_module
 from torch import nn
 
 
@@ -66,7 +66,7 @@ def test_tamper_snapshot_detects_a_swapped_code_object() -> None:
         patched, _ = snapshot.changes()
     finally:
         compare_module.same_result.__code__ = original
-    assert "agentforge.evaluator.compare.same_result" in patched
+    assert "agentforge.evaluator.judge.compare.same_result" in patched
     assert snapshot.changes() == ([], [])
 
 

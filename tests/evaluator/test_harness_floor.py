@@ -11,7 +11,7 @@ import pytest
 import torch
 from agentforge.evaluator import timing
 from agentforge.evaluator.hardware.ceilings import measure_ceilings
-from agentforge.evaluator.pipeline import run_pipeline
+from agentforge.evaluator.judge.pipeline import run_pipeline
 from agentforge.evaluator.result import (
     CompileRecord,
     CorrectnessRecord,
@@ -24,6 +24,7 @@ from agentforge.evaluator.result import (
     TimingRecord,
     TimingStats,
 )
+from agentforge.sandbox.worker import launch_worker
 
 EXPLOITS = Path(__file__).resolve().parent.parent / "exploits"
 CPU = torch.device("cpu")
@@ -95,12 +96,12 @@ def test_the_pipeline_records_the_floor_and_marks_a_tiny_shape_overhead_bound_no
                                                                                                ) -> None:
     torch.set_num_threads(1)
     measure_ceilings("cpu", cache_dir=tmp_path, copy_bytes=16 * 2**20, gemm_n=256, repeats=3, threads=1)
-    tiny = run_pipeline(relu_job(4, 32))
+    tiny = run_pipeline(relu_job(4, 32), launch_worker)
     assert tiny.status == Status.OK, tiny.summary()
     assert tiny.floor_us is not None and tiny.floor_us > 0 and tiny.timing.floor.n == tiny.timing.candidate.n
     assert {"candidate", "eager"} <= set(tiny.timing.overhead_bound) and tiny.headline_speedup is None
     assert any("overhead-bound" in note for note in tiny.timing.notes)
-    large = run_pipeline(relu_job(2048, 2048, cache_dir=str(tmp_path)))
+    large = run_pipeline(relu_job(2048, 2048, cache_dir=str(tmp_path)), launch_worker)
     assert large.status == Status.OK, large.summary()
     assert large.timing.overhead_bound == () and large.headline_speedup == large.speedup
     assert large.eager_us > 20 * large.floor_us

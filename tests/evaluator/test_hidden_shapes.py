@@ -1,4 +1,4 @@
-"""Hidden shapes (`evaluator/hidden_shapes.py`, `Task.scaling_sizes`): derived per evaluation from the
+"""Hidden shapes (`evaluator/judge/hidden_shapes.py`, `Task.scaling_sizes`): derived per evaluation from the
 declared variants, only on the sizes they show to scale, and reported in the verdict."""
 
 from __future__ import annotations
@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from agentforge.evaluator import hidden_shapes
 from agentforge.evaluator.api import make_job
-from agentforge.evaluator.pipeline import run_pipeline
+from agentforge.evaluator.judge import hidden_shapes
+from agentforge.evaluator.judge.pipeline import run_pipeline
 from agentforge.evaluator.result import Measure
+from agentforge.sandbox.worker import launch_worker
 
 from agentforge.candidate import Candidate
 from agentforge.task import Task, load_task
@@ -156,14 +157,14 @@ def test_the_verdict_reports_hidden_shapes_and_why_none_ran(tmp_path: Path, monk
     monkeypatch.chdir(tmp_path)
     task = Task("elementwise_relu", (ROOT / "tasks" / "elementwise_relu.py").read_text())
     result = run_pipeline(make_job(task, Candidate(HONEST_RELU, backend="cpu"), device="cpu",
-                                   measure=Measure(timing=False)))
+                                   measure=Measure(timing=False)), launch_worker)
     assert result.accepted and not result.flags, result.summary()
     hidden = result.provenance.track_settings["correctness"]["hidden_shapes"]
     assert hidden["ran"] == 4 and not hidden["failed"] and len(hidden["passed"]) == 4, hidden
     assert {r.shape for r in result.correctness} >= set(hidden["passed"])
     # A task whose sizes are fixed inside get_inputs keeps working, and the verdict says why none ran.
     fixed = run_pipeline(make_job(Task("fixed", FIXED), Candidate(HONEST_RELU, backend="cpu"), device="cpu",
-                                  measure=Measure(timing=False)))
+                                  measure=Measure(timing=False)), launch_worker)
     assert fixed.accepted and not fixed.flags, fixed.summary()
     notes = fixed.provenance.track_settings["correctness"]["hidden_shapes"]
     assert notes["ran"] == 0 and "no size differs" in notes["skipped"]["all"], notes

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from agentforge.evaluator import hidden_shapes
 from agentforge.evaluator.api import make_job
-from agentforge.evaluator.pipeline import run_pipeline
+from agentforge.evaluator.judge import hidden_shapes
+from agentforge.evaluator.judge.pipeline import run_pipeline
 from agentforge.evaluator.result import Measure, Status
+from agentforge.sandbox.worker import launch_worker
 
 from agentforge.candidate import Candidate
 from agentforge.task import Task
@@ -117,7 +118,7 @@ HONEST = (EXPLOITS / "honest" / "softmax_cpp.py").read_text()
 def evaluate(source: str, track: str) -> object:
     job = make_job(kb_softmax(), Candidate(source, backend="cpu"), device="cpu", track=track,
                    measure=Measure(timing=False))
-    return run_pipeline(job)
+    return run_pipeline(job, launch_worker)
 
 
 def test_kernelbench_track_marks_a_kernel_right_only_at_the_fixed_size(tmp_path: Path,

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from agentforge.evaluator.remote import Clock, WorkerClient
-from agentforge.evaluator.result import TimingConfig
-from agentforge.evaluator.stage_correctness import build_remote
-from agentforge.evaluator.stage_timing import (
+from agentforge.evaluator.judge.remote import Clock
+from agentforge.evaluator.judge.stage_correctness import build_remote
+from agentforge.evaluator.judge.stage_timing import (
     busy_threads,
     clock_disagreement,
     ended_threads_us,
@@ -25,6 +24,8 @@ from agentforge.evaluator.stage_timing import (
     outside_disagreement,
     thread_oversubscription,
 )
+from agentforge.evaluator.result import TimingConfig
+from agentforge.sandbox.worker import launch_worker
 
 from agentforge.task import Task
 
@@ -42,7 +43,7 @@ class ModelNew(nn.Module):
         return torch.relu(x)
 '''
 LIE = '''
-import agentforge.evaluator.candidate_side as _side
+import agentforge.evaluator.worker.candidate_side as _side
 _real = _side._perf_counter_ns
 _side._perf_counter_ns = lambda: _real() // 1000   # every interval it measures looks 1000x shorter
 '''
@@ -84,7 +85,7 @@ class ModelNew(nn.Module):
         return torch.relu(x)
 '''
 SMALL_LIE = '''
-import agentforge.evaluator.candidate_side as _side
+import agentforge.evaluator.worker.candidate_side as _side
 _side._perf_counter_ns = lambda: time.thread_time_ns() // {factor}
 '''
 # A second thread that computes as long as the calls do (it waits for each call's signal): on a
@@ -156,7 +157,7 @@ def test_timed_input_contents_never_repeat(tmp_path: Path) -> None:
     cache keyed on the contents never hits. The candidate raises on the first repeat it sees."""
     config = TimingConfig(warmup=1, min_reps=90, max_reps=90, flush_l2=False, recheck_fraction=0.0)
     task = Task("elementwise_relu", TASK.read_text())
-    client = WorkerClient.spawn()
+    client = launch_worker()
     try:
         client.setup(workdir=os.getcwd(), cache_dir=str(tmp_path / "cache"), cpu_threads=1, device="cpu",
                      torch_switches=True)

@@ -1,5 +1,5 @@
 """A mapped file is named by what it holds, not by the name the candidate gave it
-(`evaluator/library_identity.py`): a BLAS by its entry points, a copy of an installed library by its
+(`evaluator/judge/library_identity.py`): a BLAS by its entry points, a copy of an installed library by its
 bytes. Real files: numpy's bundled OpenBLAS, the interpreter's own extension modules."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy
 import pytest
-from agentforge.evaluator import library_identity
-from agentforge.evaluator.library_identity import KnownLibraries, blas_entry_points, defined_symbols, identify
+from agentforge.evaluator.judge import library_identity
+from agentforge.evaluator.judge.library_identity import KnownLibraries, blas_entry_points, defined_symbols, identify
 
 
 def _bundled_blas() -> Path:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 import torch
-from agentforge.evaluator.stage_timing import mix_pool
+from agentforge.evaluator.judge.stage_timing import mix_pool
 
 
 def _pool(entries: int = 4) -> list[list[torch.Tensor]]:
@@ -40,7 +40,7 @@ def test_each_refill_is_a_fresh_mixture_never_a_multiple_of_a_pooled_entry() -> 
 
 
 def test_the_cross_check_compares_the_same_secret_positions_on_both_sides() -> None:
-    from agentforge.evaluator.stage_timing import CROSSCHECK_SAMPLE, secret_sample
+    from agentforge.evaluator.judge.stage_timing import CROSSCHECK_SAMPLE, secret_sample
 
     out = torch.arange(3 * CROSSCHECK_SAMPLE, dtype=torch.float32)
     small = torch.arange(10, dtype=torch.float32)

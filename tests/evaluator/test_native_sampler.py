@@ -1,4 +1,4 @@
-"""The judge's native sampler (`evaluator/native_sampler.py`) on real processes, and the rule that reads it.
+"""The judge's native sampler (`evaluator/judge/native_sampler.py`) on real processes, and the rule that reads it.
 
 The sandbox-level proof is in the exploit corpus (`cases/native_loader_walk_blas`,
 `cases/native_observer_off_torch_mm`, `cases/observer_blocked_not_dumpable`, `honest/gemm_medium_cpp`).
@@ -12,7 +12,7 @@ import sys
 
 import pytest
 from agentforge.evaluator import integrity
-from agentforge.evaluator.native_sampler import NativeSampler, classify
+from agentforge.evaluator.judge.native_sampler import NativeSampler, classify
 
 OWN = "/cache/build-uid1/lean-cpp/abc"
 

@@ -12,8 +12,9 @@ import pytest
 import torch
 from agentforge.evaluator import device_state
 from agentforge.evaluator.api import make_job
-from agentforge.evaluator.pipeline import run_pipeline
+from agentforge.evaluator.judge.pipeline import run_pipeline
 from agentforge.evaluator.result import Stage, Status
+from agentforge.sandbox.worker import launch_worker
 
 from agentforge.candidate import Candidate
 from agentforge.task import load_task
@@ -51,7 +52,7 @@ def test_a_cuda_build_beside_the_drivers_node_names_the_confinement(tmp_path: Pa
 def test_a_cuda_job_without_a_gpu_is_refused_as_the_machines_lack() -> None:
     job = make_job(load_task("level1/relu"), Candidate(HONEST.read_text(), backend="cuda"), device="cuda",
                    shapes=("small",))
-    result = run_pipeline(job)
+    result = run_pipeline(job, launch_worker)
     assert result.status == Status.CRASH and result.stage == Stage.SANDBOX, result.summary()
     assert result.error is not None and result.error.type == "SandboxError"
     assert "no CUDA GPU" in result.error.message and "device cpu or auto" in result.error.message
@@ -86,7 +87,7 @@ def test_a_source_without_cuda_is_named_and_cuda_sources_are_not() -> None:
 def test_a_cpp_only_cuda_job_is_no_cuda_build_before_any_build() -> None:
     job = make_job(load_task("level1/relu"), Candidate(CPP_ONLY.read_text(), backend="cuda"), device="cpu",
                    shapes=("small",))
-    result = run_pipeline(job)
+    result = run_pipeline(job, launch_worker)
     assert result.status == Status.NO_CUDA_BUILD and result.stage == Stage.BUILD, result.summary()
     assert result.compile is None and not result.correctness  # nothing was built or run
     assert result.error is not None and "holds no CUDA code" in result.error.message

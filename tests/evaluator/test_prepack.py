@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 from agentforge.evaluator import prepack
-from agentforge.evaluator.api import evaluate_many, make_job
 from agentforge.evaluator.result import EvalResult, Measure, Status, TimingConfig
 
 from agentforge.candidate import Candidate
+from agentforge.evaluation import evaluate_many, make_job
 from agentforge.task import Task
 from tests.fixtures.sandbox import quiet
 
@@ -141,7 +141,7 @@ class _PacksOnlyInTheHook(torch.nn.Module):
 
 
 def test_the_compile_only_drive_calls_the_hook_before_forward() -> None:
-    from agentforge.evaluator import cuda_lookalike
+    from agentforge.evaluator.worker import cuda_lookalike
 
     progress = cuda_lookalike.drive(_PacksOnlyInTheHook, [6, 5], [torch.randn(3, 6)], "sm_90a")
     assert progress == {"reached": "forward", "stopped": ""}

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentforge.evaluator import build_cache, native, profile_target
+from agentforge.evaluator import build_cache, native
 from agentforge.evaluator.result import EvalJob
+from agentforge.evaluator.worker import profile_target
 
 EXPLOITS = Path(__file__).resolve().parents[1] / "exploits"
 
@@ -29,7 +30,7 @@ def test_the_profiled_build_is_found_in_the_jobs_cache(tmp_path: Path) -> None:
 
 
 def test_a_slow_profile_cannot_use_up_the_jobs_budget() -> None:
-    from agentforge.evaluator import roofline_stage
+    from agentforge.evaluator.judge import roofline_stage
     from agentforge.sandbox import SandboxConfig
 
     assert SandboxConfig().timeout_s / 4 >= roofline_stage.PROFILE_TIMEOUT_S

@@ -7,8 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentforge.evaluator.api import make_job
-from agentforge.evaluator.pipeline import run_pipeline
+from agentforge.evaluator.judge.pipeline import run_pipeline
 from agentforge.evaluator.result import Measure, Stage, Status, TimingConfig
+from agentforge.sandbox.worker import launch_worker
 
 from agentforge.candidate import Candidate
 from agentforge.task import load_task
@@ -33,7 +34,7 @@ def test_a_candidate_raising_in_timing_keeps_its_correctness_records(tmp_path: P
                    shapes=("small",), timing_shape="small", cache_dir=str(tmp_path / "cache"),
                    measure=Measure(baselines=("eager",), compile_modes=()),
                    timing=TimingConfig(warmup=1, min_reps=40, max_reps=40, time_cap_s=5.0))
-    result = run_pipeline(job)
+    result = run_pipeline(job, launch_worker)
     assert result.status == Status.RUNTIME_ERROR and result.stage == Stage.TIMING, result.summary()
     assert result.error is not None and result.error.type == "RuntimeError"
     assert "gave up after 30 calls" in result.error.message

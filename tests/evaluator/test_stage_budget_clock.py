@@ -1,4 +1,4 @@
-"""The stage clock's arithmetic and verdicts, without a sandbox (evaluator/stage_budget.py)."""
+"""The stage clock's arithmetic and verdicts, without a sandbox (evaluator/judge/stage_budget.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 import time
 
 import pytest
-from agentforge.evaluator import stage_budget
+from agentforge.evaluator.judge import stage_budget
 from agentforge.evaluator.result import CorrectnessRecord, EvalJob, EvalResult, Stage, StageBudget, Status
 
 

@@ -1,4 +1,4 @@
-"""The calibrated fp32 tolerance and the precision-downgrade probe (`evaluator/tolerance.py`), and the
+"""The calibrated fp32 tolerance and the precision-downgrade probe (`evaluator/judge/tolerance.py`), and the
 kernelbench track keeping its published tolerance while marking a downgrade."""
 
 from __future__ import annotations
@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from agentforge.evaluator import tolerance
 from agentforge.evaluator.api import make_job
-from agentforge.evaluator.compare import compare
-from agentforge.evaluator.pipeline import run_pipeline
+from agentforge.evaluator.judge import tolerance
+from agentforge.evaluator.judge.compare import compare
+from agentforge.evaluator.judge.pipeline import run_pipeline
+from agentforge.evaluator.judge.stage_correctness import precision_policy
 from agentforge.evaluator.result import Measure, Status
-from agentforge.evaluator.stage_correctness import precision_policy
+from agentforge.sandbox.worker import launch_worker
 
 from agentforge.candidate import Candidate
 from agentforge.task import Task
@@ -151,7 +152,7 @@ def test_kernelbench_track_keeps_its_verdict_and_marks_the_downgrade(tmp_path, m
     task = Task("small_gemm", (TASKS / "small_gemm.py").read_text())
     job = make_job(task, Candidate(FP16_OUTPUT_GEMM, backend="cpu"), device="cpu", track="kernelbench",
                    measure=Measure(timing=False))
-    result = run_pipeline(job)
+    result = run_pipeline(job, launch_worker)
     assert result.status == Status.OK and result.accepted, result.summary()
     marks = [f for f in result.flags if f.rule == "precision_downgrade"]
     assert marks and all(f.severity == "audit" for f in marks), result.flags

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from agentforge.evaluator import pipeline
-from agentforge.evaluator.pipeline import Context, run_pipeline, track_settings
+from agentforge.evaluator.judge import pipeline
+from agentforge.evaluator.judge.pipeline import Context, run_pipeline, track_settings
+from agentforge.evaluator.judge.stage_correctness import reference_dtype_for
 from agentforge.evaluator.result import (
     EvalJob,
     Measure,
@@ -19,7 +20,7 @@ from agentforge.evaluator.result import (
     TimingRecord,
     TimingStats,
 )
-from agentforge.evaluator.stage_correctness import reference_dtype_for
+from agentforge.sandbox.worker import launch_worker
 
 EXPLOITS = Path(__file__).resolve().parent.parent / "exploits"
 
@@ -49,7 +50,7 @@ def test_hardened_track_uses_the_job_settings() -> None:
 
 def test_kernelbench_track_end_to_end() -> None:
     torch.set_num_threads(1)
-    result = run_pipeline(relu_job(track="kernelbench", measure=Measure(baselines=("eager",))))
+    result = run_pipeline(relu_job(track="kernelbench", measure=Measure(baselines=("eager",))), launch_worker)
     assert result.status == Status.OK, result.summary()
     # One published shape, five trials; then the hidden shapes, one trial each (an audit mark if wrong).
     assert [r.shape for r in result.correctness if not r.shape.startswith("hidden-")] == ["default"] * 5

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from agentforge.evaluator import triton_interpret
-from agentforge.evaluator.api import evaluate_many, make_job
 from agentforge.evaluator.result import EvalResult, Measure, Status
+from agentforge.evaluator.worker import triton_interpret
 
 from agentforge.candidate import Candidate
+from agentforge.evaluation import evaluate_many, make_job
 from agentforge.task import Task
 from tests.fixtures.sandbox import quiet
 
@@ -150,7 +150,7 @@ def test_a_pytorch_answer_beside_a_launched_kernel_is_a_fallback(verdicts):
 
 BF16_PROBE = r'''
 import json, sys
-from agentforge.evaluator import triton_interpret
+from agentforge.evaluator.worker import triton_interpret
 triton_interpret.enable()
 import torch, triton, triton.language as tl
 

@@ -7,10 +7,10 @@ import os
 from pathlib import Path
 
 import torch
-from agentforge.evaluator.remote import WorkerClient
+from agentforge.evaluator.judge.stage_correctness import build_remote
+from agentforge.evaluator.judge.stage_timing import TimingOutcome, measure
 from agentforge.evaluator.result import TimingConfig
-from agentforge.evaluator.stage_correctness import build_remote
-from agentforge.evaluator.stage_timing import TimingOutcome, measure
+from agentforge.sandbox.worker import launch_worker
 
 from agentforge.task import Task
 
@@ -21,7 +21,7 @@ def time_in_worker(source: str, tmp_path: Path, config: TimingConfig, module_nam
                    ) -> TimingOutcome:
     task = Task("elementwise_relu", TASK.read_text())
     device = torch.device("cpu")
-    client = WorkerClient.spawn()
+    client = launch_worker()
     try:
         client.setup(workdir=os.getcwd(), cache_dir=str(tmp_path / "cache"), cpu_threads=1, device="cpu",
                      torch_switches=True)

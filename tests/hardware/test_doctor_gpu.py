@@ -8,7 +8,7 @@ import os
 import stat
 from pathlib import Path
 
-from agentforge.evaluator.hardware import doctor
+from agentforge import doctor
 
 FACTS = doctor.Facts(driver_cuda="13.0", gpu=True)
 

@@ -355,7 +355,7 @@ def test_the_profiled_program_runs_with_the_judges_numeric_switches(monkeypatch)
     """A fresh process starts with torch's defaults (cuDNN's TF32 on): the profile would show other
     kernels than the timed ones for fp32 convolutions."""
     import torch
-    from agentforge.evaluator import profile_target
+    from agentforge.evaluator.worker import profile_target
 
     seen: dict[str, object] = {}
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 from agentforge.evaluator import op_observer
-from agentforge.evaluator.remote import WorkerClient
+from agentforge.evaluator.judge.stage_correctness import build_remote
+from agentforge.evaluator.judge.stage_timing import measure
 from agentforge.evaluator.result import TimingConfig
-from agentforge.evaluator.stage_correctness import build_remote
-from agentforge.evaluator.stage_timing import measure
+from agentforge.sandbox.worker import launch_worker
 
 from agentforge.task import Task
 
@@ -41,7 +41,7 @@ def test_the_judges_baselines_are_timed_without_the_operator_observer(tmp_path: 
     monkeypatch.setattr(op_observer, "start", start)
     task = Task("elementwise_relu", TASK.read_text())
     device = torch.device("cpu")
-    client = WorkerClient.spawn()
+    client = launch_worker()
     try:
         client.setup(workdir=os.getcwd(), cache_dir=str(tmp_path / "cache"), cpu_threads=1, device="cpu",
                      torch_switches=True)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import pytest
 from agentforge.evaluator.api import make_job
-from agentforge.evaluator.compile_only import find_nvcc
-from agentforge.evaluator.pipeline import run_pipeline
+from agentforge.evaluator.judge.pipeline import run_pipeline
 from agentforge.evaluator.result import Measure, Status, TimingConfig
+from agentforge.evaluator.worker.compile_only import find_nvcc
+from agentforge.sandbox.worker import launch_worker
 
 from agentforge.candidate import Candidate
 from agentforge.kernel_library import find_kernel, list_kernels
@@ -31,7 +32,7 @@ def test_cpu_kernel_is_accepted(kernel):
     shape = task.smallest_shape()
     job = make_job(task, Candidate(kernel.source, backend="cpu"), device="cpu", shapes=(shape,),
                    timing_shape=shape, measure=Measure(baselines=("eager",), compile_modes=()), timing=QUICK)
-    result = run_pipeline(job)
+    result = run_pipeline(job, launch_worker)
     assert result.accepted, result.summary()
     assert result.candidate_us is not None and result.eager_us is not None
 
@@ -44,7 +45,7 @@ def test_cuda_kernel_compiles_for_sm90a(task_name):
     task = load_task(task_name)
     job = make_job(task, Candidate(kernel.source, backend="cuda"), device="cpu", compile_only=True,
                    shapes=(task.smallest_shape(),))
-    result = run_pipeline(job)
+    result = run_pipeline(job, launch_worker)
     assert result.status == Status.OK, result.summary()
     assert result.compile is not None and result.compile.ok and result.compile.arch == "sm_90a"
     assert result.compile.resources, "ptxas reported no kernels"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
+from agentforge.evaluator.judge.stage_budget import StageClock
 from agentforge.evaluator.result import CorrectnessRecord, EvalJob, EvalResult, Stage, Status
-from agentforge.evaluator.stage_budget import StageClock
 
 from agentforge.candidate import code_hash
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agentforge.evaluator import stage_budget
+from agentforge.evaluator.judge import stage_budget
 from agentforge.evaluator.result import Stage, Status
 from agentforge.sandbox import run
 from agentforge.sandbox.docker_backend import DockerBackend

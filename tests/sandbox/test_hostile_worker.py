@@ -11,11 +11,11 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from agentforge.evaluator.api import evaluate, make_job
 from agentforge.evaluator.result import Measure, Status, TimingConfig
 from agentforge.sandbox import SandboxConfig
 
 from agentforge.candidate import Candidate
+from agentforge.evaluation import evaluate, make_job
 from agentforge.task import Task
 from tests.fixtures.sandbox import quiet
 

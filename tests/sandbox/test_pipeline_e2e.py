@@ -1,4 +1,4 @@
-"""One job end to end through the real entry (`agentforge.evaluator.pipeline.run_pipeline`) in the
+"""One job end to end through the real entry (`agentforge.evaluator.judge.pipeline.run_pipeline`) in the
 sandbox child: a float32 ReLU task and an honest C++ kernel on the CPU backend."""
 
 from __future__ import annotations

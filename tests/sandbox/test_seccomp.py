@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from agentforge.evaluator.judge import proc_view
 from agentforge.sandbox import limits, seccomp
 
 pytestmark = pytest.mark.skipif(seccomp.unavailable_reason() is not None, reason="no seccomp here")
@@ -171,6 +172,7 @@ def test_an_openmp_team_of_two_runs_sealed(tmp_path: Path) -> None:
     # process (torch, an earlier test) has started leaves a forked child's team waiting forever.
     script = f"""
 import ctypes, os
+from agentforge.evaluator.judge import proc_view
 from agentforge.sandbox import limits, seccomp
 limits.no_new_privileges()
 seccomp.install(seccomp.guard_program(os.getpid()))
@@ -199,7 +201,7 @@ def test_filters_are_seen_from_outside() -> None:
     os.close(ready_w)
     try:
         assert os.read(ready_r, 1) == b"1"
-        seen = seccomp.filters_of(pid)
+        seen = proc_view.filters_of(pid)
         assert seen and all(t.mode == 2 for t in seen.values())
         assert all(t.filters in (-1, 2) for t in seen.values())
     finally:

@@ -10,11 +10,11 @@ import json
 from pathlib import Path
 
 import pytest
-from agentforge.evaluator.api import evaluate, make_job
 from agentforge.evaluator.result import Measure, Status, TimingConfig
 from agentforge.sandbox import SandboxConfig, isolation
 
 from agentforge.candidate import Candidate
+from agentforge.evaluation import evaluate, make_job
 from agentforge.task import Task
 from tests.fixtures.sandbox import quiet
 

@@ -1,5 +1,5 @@
 """Each stage's budget, enforced by the judge against a real worker in the real sandbox: a stage
-that runs out is stopped and the verdict keeps every finished stage (evaluator/stage_budget.py)."""
+that runs out is stopped and the verdict keeps every finished stage (evaluator/judge/stage_budget.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from agentforge.evaluator import stage_budget
+from agentforge.evaluator.judge import stage_budget
 from agentforge.evaluator.result import EvalJob, Measure, Stage, StageBudget, Status, TimingConfig
 from agentforge.sandbox import SandboxConfig, run
 from sandbox_helpers import HERE, make_job

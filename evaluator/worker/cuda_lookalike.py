@@ -44,9 +44,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from agentforge.evaluator import api_drift, compile_only, native, prepack
+from agentforge.evaluator import native, prepack
 from agentforge.evaluator.native import BUILD_EVENTS, BuildError, BuildEvent, _as_list
 from agentforge.evaluator.result import ErrorRecord, to_plain
+from agentforge.evaluator.worker import api_drift, compile_only
 
 CUDA_SUFFIXES = (".cu", ".cuh")
 CUDA_KINDS = ("compile-only-nvcc", "lean-nvcc", "load_inline")
@@ -464,7 +465,7 @@ def built_cuda(events: list[BuildEvent]) -> bool:
 def build_failure(events: list[BuildEvent]) -> ErrorRecord | None:
     """The first build that failed, as the verdict's error: the build's message with the compiler's
     first error, and a note for each API drift recognised in it (see `api_drift`)."""
-    from agentforge.evaluator.loading import keep_first_error
+    from agentforge.evaluator.worker.loading import keep_first_error
 
     failed = next((e for e in events if not e.ok), None)
     if failed is None:
@@ -494,7 +495,7 @@ def build_report(backend: str, arch: str, progress: dict[str, str], launches: li
     compile record, with how far the drive got (`progress`: reached, stopped) and the launches it
     skipped (none where the kernels ran)."""
     from agentforge.evaluator import integrity
-    from agentforge.evaluator.loading import _compile_record
+    from agentforge.evaluator.worker.loading import _compile_record
 
     events = list(BUILD_EVENTS)
     failure = build_failure(events)

@@ -16,8 +16,8 @@ from pathlib import Path
 from types import ModuleType
 
 from agentforge.evaluator import native
-from agentforge.evaluator.compile_only import CompileOnlyStop
 from agentforge.evaluator.result import CompileRecord, ErrorRecord
+from agentforge.evaluator.worker.compile_only import CompileOnlyStop
 
 LOG_TAIL_CHARS = 6000
 _FIRST_ERROR = re.compile(r"(^|[:\s)])(fatal )?error\b", re.IGNORECASE)  # as the CLI's renderer reads them
@@ -88,13 +88,13 @@ def load_candidate(source: str, backend: str, compile_only: bool, arch: str, mod
 
 
 def _lookalike(arch: str) -> contextlib.AbstractContextManager[None]:
-    from agentforge.evaluator import cuda_lookalike
+    from agentforge.evaluator.worker import cuda_lookalike
 
     return cuda_lookalike.active(arch)
 
 
 def _build_failure(events: list[native.BuildEvent]) -> ErrorRecord | None:
-    from agentforge.evaluator import cuda_lookalike
+    from agentforge.evaluator.worker import cuda_lookalike
 
     return cuda_lookalike.build_failure(events)
 

@@ -43,7 +43,7 @@ def profile(job: EvalJob, device: torch.device) -> ProfileRecord | None:
     with tempfile.TemporaryDirectory(prefix="agentforge-profile-") as tmp:
         job_file = Path(tmp) / "job.json"
         job_file.write_text(to_json(job))
-        command = [sys.executable, "-m", "agentforge.evaluator.profile_target", str(job_file)]
+        command = [sys.executable, "-m", "agentforge.evaluator.worker.profile_target", str(job_file)]
         return profile_command(command, NcuOptions(timeout_s=PROFILE_TIMEOUT_S), cwd=tmp)
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
-from agentforge.evaluator.remote import WorkerBroken, WorkerClient, evidence_items
+from agentforge.evaluator.judge.remote import WorkerBroken, WorkerClient, evidence_items
 from agentforge.evaluator.result import CompileRecord, ErrorRecord, Status, from_plain
 
 from agentforge.task import Task, flatten_tensors

@@ -42,9 +42,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentforge.evaluator import api_drift, build_cache
+from agentforge.evaluator import build_cache
 from agentforge.evaluator.cuda_source import missing_cuda_source as missing_cuda_source  # the pipeline's check
 from agentforge.evaluator.native import BUILD_EVENTS, BuildError, BuildEvent, _as_list, _check_flags
+from agentforge.evaluator.worker import api_drift
 
 # The lean path's flags (no torch headers): the same on the GPU (`native.load_cuda`) and here.
 NVCC_FLAGS = ("-O3", "-std=c++17", "--expt-relaxed-constexpr", "-Xptxas", "-v", "-lineinfo")

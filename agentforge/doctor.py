@@ -7,7 +7,7 @@ L2 flush and reset, Nsight Compute profile, the sandbox around them). Each says 
 runs instead (the CPU backend, CUDA compile-only verdicts, Triton's interpreter) and none fails.
 
 Standard library and torch only (it runs first on bare GPU images): `python -m
-agentforge.evaluator.hardware.doctor [--json]`. The whole run takes a few seconds; every external
+agentforge.doctor [--json]`. The whole run takes a few seconds; every external
 command has a short timeout.
 """
 
@@ -138,7 +138,7 @@ def check_driver(facts: Facts) -> Check:
 
 
 def check_nvcc(facts: Facts) -> Check:
-    from agentforge.evaluator.compile_only import find_nvcc
+    from agentforge.evaluator.worker.compile_only import find_nvcc
 
     nvcc = find_nvcc()
     if nvcc is None:
@@ -389,7 +389,7 @@ def render_text(checks: list[Check]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agentforge.evaluator.hardware.doctor")
+    parser = argparse.ArgumentParser(prog="python -m agentforge.doctor")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of lines")
     args = parser.parse_args(argv)
     checks = run_checks()

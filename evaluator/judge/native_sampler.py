@@ -44,7 +44,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentforge.evaluator import library_identity
+from agentforge.evaluator.judge import library_identity
 
 # Phases of the judge's protocol.
 IDLE, OTHER, CALL, TIMED, NULL, FLUSH = range(6)

@@ -1,5 +1,5 @@
 """The program Nsight Compute profiles: build the candidate, warm it up, then one call inside
-the NVTX range the profiler filters on. Run as `python -m agentforge.evaluator.profile_target JOB`.
+the NVTX range the profiler filters on. Run as `python -m agentforge.evaluator.worker.profile_target JOB`.
 
 It builds from the job's build cache, where the candidate worker already built the same source:
 without it the build would start cold in the job folder (`HOME`), and ncu (`--target-processes
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import torch
 from agentforge.evaluator import build_cache
-from agentforge.evaluator.loading import LoadOutcome, load_candidate
+from agentforge.evaluator.models import build_models
 from agentforge.evaluator.result import EvalJob
-from agentforge.evaluator.stage_correctness import build_models
+from agentforge.evaluator.worker.loading import LoadOutcome, load_candidate
 
 from agentforge.task import Task
 

@@ -20,7 +20,7 @@ import os
 from typing import Any
 
 import torch
-from agentforge.sandbox import wire
+from agentforge.evaluator.protocol import wire
 
 MAX_SLOTS = 64
 

@@ -19,75 +19,43 @@ import os
 import signal
 import statistics
 import time
-from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from agentforge.evaluator.result import ErrorRecord
-from agentforge.sandbox import wire
-from agentforge.sandbox.arena import Arena
+from agentforge.evaluator.judge.proc_view import (
+    cpu_ns,
+    filters_of,
+    filters_text,
+    mapped_libraries,
+    process_cpu_clock,
+    seccomp_mode,
+    uid_of,
+    worker_helpers,
+)
+from agentforge.evaluator.protocol import wire
+from agentforge.evaluator.protocol.arena import Arena
+from agentforge.evaluator.protocol.messages import CandidateRaised, WorkerBroken, error_record, evidence_items
 
 _perf_counter_ns = time.perf_counter_ns
-MAX_EVIDENCE_ITEMS = 200
 
 
-class WorkerBroken(RuntimeError):
-    """The worker died, or broke the protocol: nothing it says from now on is heard. `signal`: the
-    signal that killed it, when one did (a crash of the candidate's code, reported as such)."""
+@dataclass(frozen=True)
+class SeccompNames:
+    """The system calls the sandbox's seccomp filters refuse (`sandbox.seccomp`): the guard's, from
+    setup on, and the seal's, while timed. Given by whoever started the worker."""
 
-    def __init__(self, message: str, signal: int | None = None, stderr_tail: str = ""):
-        super().__init__(message)
-        self.signal = signal
-
-
-class CandidateRaised(RuntimeError):
-    """The candidate's code raised while serving a request."""
-
-    def __init__(self, record: ErrorRecord):
-        super().__init__(record.message)
-        self.record = record
-
-
-def _error_record(raw: Any) -> ErrorRecord:
-    if not isinstance(raw, dict):
-        return ErrorRecord(type="WorkerError", message="the worker sent a malformed error")
-
-    def text(key: str, limit: int) -> str:
-        value = raw.get(key, "")
-        return value[:limit] if isinstance(value, str) else ""
-
-    return ErrorRecord(type=text("type", 100) or "WorkerError", message=text("message", 2000),
-                       traceback_tail=text("traceback_tail", 4000))
-
-
-def evidence_items(raw: Any) -> list[tuple[str, str]]:
-    """(rule, evidence) pairs from a reply; anything else in the list is dropped."""
-    if not isinstance(raw, list):
-        raise WorkerBroken("evidence is not a list")
-    items = []
-    for item in raw[:MAX_EVIDENCE_ITEMS]:
-        if isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item):
-            items.append((item[0][:64], item[1][:1000]))
-    return items
-
-
-def mapped_libraries(pid: int) -> set[str] | None:
-    """Paths of the shared objects mapped into process `pid` (read from /proc/PID/maps), or None."""
-    try:
-        with open(f"/proc/{pid}/maps") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    paths = (line.split(None, 5)[5] for line in lines if len(line.split(None, 5)) == 6)
-    return {path for path in paths if path.startswith("/") and ".so" in path.rsplit("/", 1)[-1]}
+    guarded: tuple[str, ...] = ()
+    sealed: tuple[str, ...] = ()
 
 
 class WorkerClient:
     """One worker process, one request at a time."""
 
-    def __init__(self, sock: Any, pid: int, proc: Any = None, older: set[tuple[int, str]] | None = None):
+    def __init__(self, sock: Any, pid: int, proc: Any = None, older: set[tuple[int, str]] | None = None,
+                 filters: SeccompNames | None = None):
         self.sock, self.pid, self.proc = sock, pid, proc
+        self.filters = filters or SeccompNames()  # what the sandbox's filters refuse, named for the verdict
         # processes below the judge from before the worker (the seal's check leaves them out)
         self.older = older if older is not None else set()
         self._next_id = 0
@@ -98,14 +66,6 @@ class WorkerClient:
         self.sampler: Any = None  # the judge's native sampler of this worker (`native_sampler`), told of each request
         self.separation: dict[str, Any] = {}  # how the worker is kept apart (`setup`, `seal`), for the provenance
 
-    @classmethod
-    def spawn(cls, interpret: bool = False) -> WorkerClient:
-        from agentforge.sandbox.worker import spawn_worker
-
-        older = processes_below(os.getpid())
-        proc, sock = spawn_worker(interpret=interpret)
-        return cls(sock, proc.pid, proc, older)
-
     def setup(self, **fields: Any) -> None:
         reply = self.request("setup", **fields)
         if reply.get("ready") is not True:
@@ -114,18 +74,16 @@ class WorkerClient:
         said = reply.get("separation")
         said = {k: str(v)[:300] for k, v in said.items() if isinstance(k, str)} if isinstance(said, dict) else {}
         # What the worker said it did, then what the judge reads of it from outside (/proc).
-        self.separation = {**said, "worker_uid": uid_of(self.pid), "guard_seen": _seccomp_mode(self.pid) == 2}
+        self.separation = {**said, "worker_uid": uid_of(self.pid), "guard_seen": seccomp_mode(self.pid) == 2}
 
     def seal(self) -> list[tuple[str, str]]:
-        """Seal the worker before timing (no new process from now on, `sandbox.seccomp`), then
+        """Seal the worker before timing (no new process from now on: the sandbox's seal filter), then
         check from outside that every thread carries one more filter, and that no process of the
         worker's besides it is alive: (rule, evidence) for what is wrong; empty when all holds or
         the guard could not be installed at setup (then the provenance says so)."""
-        from agentforge.sandbox import seccomp
-
-        before = seccomp.filters_of(self.pid)
+        before = filters_of(self.pid)
         reply = self.request("seal")
-        after = seccomp.filters_of(self.pid)
+        after = filters_of(self.pid)
         self.separation["sealed"] = str(reply.get("sealed", "no answer"))[:300]
         found = [("worker_unsealed", f"a process of the worker's alive when it was sealed: {h}")
                  for h in worker_helpers(os.getpid(), self.pid, self.older)]
@@ -136,7 +94,7 @@ class WorkerClient:
                                                      or tid not in before) for tid, t in after.items())
         if not grown:
             found.append(("worker_unsealed", f"the seal filter is missing: the worker answered "
-                                             f"{self.separation['sealed']!r}, /proc shows {_filters_text(after)}"))
+                                             f"{self.separation['sealed']!r}, /proc shows {filters_text(after)}"))
         return found
 
     def libraries_since_setup(self) -> list[str]:
@@ -175,7 +133,7 @@ class WorkerClient:
             raise WorkerBroken(f"the worker answered a question it was not asked (id {reply.get('id')!r}, "
                                f"expected {ident})")
         if "raised" in reply:
-            raise CandidateRaised(_error_record(reply["raised"]))
+            raise CandidateRaised(error_record(reply["raised"]))
         return reply
 
     def _exit_status(self) -> tuple[str, int | None]:
@@ -234,98 +192,11 @@ def refused_syscall_evidence(client: WorkerClient, death: str) -> str:
     """What the judge can say of a worker its seccomp filter killed. The kernel kills at once and
     leaves no record the judge can read (no audit log in the sandbox), so the refused call is named
     by the filters that were on: the guard's classes, and after the seal any new process too."""
-    from agentforge.sandbox import seccomp
-
     sealed = client.separation.get("sealed") == "installed"
-    refused = "a system call aimed at another process (" + ", ".join(seccomp.GUARDED) + ")"
+    refused = "a system call aimed at another process (" + ", ".join(client.filters.guarded) + ")"
     if sealed:
-        refused += " or a new process while sealed for timing (" + ", ".join(seccomp.SEALED) + ")"
+        refused += " or a new process while sealed for timing (" + ", ".join(client.filters.sealed) + ")"
     return f"the worker {death.removeprefix('the worker ')}: its seccomp filter refused {refused}"
-
-
-def uid_of(pid: int) -> int | None:
-    """The real uid of process `pid`, from /proc, or None."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("Uid:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def _seccomp_mode(pid: int) -> int | None:
-    from agentforge.sandbox import seccomp
-
-    modes = {t.mode for t in seccomp.filters_of(pid).values()}
-    return modes.pop() if len(modes) == 1 else None
-
-
-def _filters_text(threads: dict[int, Any]) -> str:
-    return ", ".join(f"thread {tid}: mode {t.mode}, {t.filters} filters" for tid, t in sorted(threads.items())[:8])
-
-
-def _process_table() -> dict[int, tuple[int, str, str, str]]:
-    """pid -> (parent pid, state, name, start time in clock ticks) of every process this one can see."""
-    table = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                text = f.read()
-        except OSError:
-            continue
-        name = text[text.find("(") + 1:text.rfind(")")]
-        fields = text[text.rfind(")") + 2:].split()
-        table[int(entry)] = (int(fields[1]), fields[0], name[:40], fields[19])
-    return table
-
-
-def _below(judge: int, table: dict[int, tuple[int, str, str, str]]) -> list[int]:
-    below: list[int] = []
-    frontier = [judge]
-    while frontier:
-        parent = frontier.pop()
-        children = [pid for pid, row in table.items() if row[0] == parent and pid not in below]
-        below += children
-        frontier += children
-    return below
-
-
-def processes_below(judge: int) -> set[tuple[int, str]]:
-    """(pid, start time) of the live processes below the judge now."""
-    table = _process_table()
-    return {(pid, table[pid][3]) for pid in _below(judge, table)}
-
-
-def worker_helpers(judge: int, worker: int, older: Collection[tuple[int, str]] = ()) -> list[str]:
-    """Live processes (not zombies) the worker started and left running, orphans included.
-
-    Where the worker has a mount namespace of its own (`limits.private_tmp`), they are the other
-    processes in it, anywhere on the machine: its guard lets nothing it starts leave that namespace
-    (no unshare, setns or clone into a new one), and nothing the judge's own process starts (a
-    caller's builds, another evaluation's worker) enters it. Otherwise they are the processes below
-    the judge other than the worker and those in `older` (pid and start time: alive below the judge
-    before the worker was; the judge is their subreaper, `child.main`)."""
-    table = _process_table()
-    home = _mount_namespace(worker)
-    newer = {pid for pid in _below(judge, table) if pid != worker and (pid, table[pid][3]) not in older}
-    if home is not None and home != _mount_namespace(os.getpid()):
-        # a process below the judge whose namespace cannot be read counts as the worker's, as before
-        pids = sorted(pid for pid in table if pid != worker and (
-            (space := _mount_namespace(pid)) == home or (space is None and pid in newer)))
-    else:
-        pids = sorted(newer)
-    return [f"pid {pid} ({table[pid][2]}, state {table[pid][1]})" for pid in pids if table[pid][1] not in ("Z", "X")]
-
-
-def _mount_namespace(pid: int) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/ns/mnt")
-    except OSError:
-        return None
 
 
 def _signal_name(signum: int) -> str:
@@ -343,45 +214,6 @@ def _finite_us(reply: dict[str, Any], key: str) -> float:
 
 
 NULL_EVERY = 2  # a null round trip before every second timed call, paired with it
-
-
-def process_cpu_clock(pid: int) -> int | None:
-    """The id of another process's CPU-time clock (every thread it has or had, in nanoseconds), as
-    Linux's clock_getcpuclockid makes it, or None where it cannot be read. The kernel keeps this
-    clock: nothing the worker does inside itself changes what the judge reads."""
-    clock = ((~pid) << 3) | 2  # CPUCLOCK_SCHED of the whole process `pid`
-    try:
-        time.clock_gettime_ns(clock)
-    except (OSError, OverflowError, AttributeError):
-        return None
-    return clock
-
-
-def thread_cpu_us(pid: int) -> dict[int, float]:
-    """CPU time of each live thread of process `pid` (microseconds, from /proc/PID/task/TID/schedstat),
-    read by the judge; empty where /proc cannot be read."""
-    threads: dict[int, float] = {}
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return threads
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                threads[int(tid)] = int(f.read().split()[0]) / 1e3
-        except (OSError, ValueError, IndexError):
-            continue  # it ended between the listing and the read
-    return threads
-
-
-def cpu_ns(clock: int | None) -> int | None:
-    """The reading of a CPU-time clock from `process_cpu_clock`, or None (no clock, or its process ended)."""
-    if clock is None:
-        return None
-    try:
-        return time.clock_gettime_ns(clock)
-    except OSError:
-        return None
 
 
 @dataclass

@@ -11,12 +11,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from agentforge.evaluator import baseline_cache, build_cache, device_attribution, timing
-from agentforge.evaluator.compare import compare, reference_output_dtypes
+from agentforge.evaluator import build_cache, device_attribution, timing
 from agentforge.evaluator.guards import ConcurrencyWatch
-from agentforge.evaluator.remote import Clock, RemoteModel, cpu_ns, thread_cpu_us
+from agentforge.evaluator.judge import baseline_cache
+from agentforge.evaluator.judge.compare import compare, reference_output_dtypes
+from agentforge.evaluator.judge.proc_view import cpu_ns, thread_cpu_us
+from agentforge.evaluator.judge.remote import Clock, RemoteModel
+from agentforge.evaluator.models import upcast
 from agentforge.evaluator.result import TimingConfig, TimingRecord
-from agentforge.evaluator.stage_correctness import upcast
 
 from agentforge.task import Task
 

@@ -14,7 +14,7 @@ it, so its own compile is answered by Inductor's FX graph cache. When the builde
 the judge waits for it (compiling the same graph twice at once on two cores helps neither); when
 there is no entry, the judge compiles cold as before, and the verdict says which it was.
 
-    python -m agentforge.evaluator.baseline_cache --cache DIR --spec '{...}'
+    python -m agentforge.evaluator.judge.baseline_cache --cache DIR --spec '{...}'
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def start(cache_dir: str, spec: BaselineSpec, python: str = sys.executable) -> b
     if _locked_by_builder(_lock_path(cache_dir, spec)):
         return False
     with open(tree / LOG_NAME, "ab") as log:
-        subprocess.Popen([python, "-m", "agentforge.evaluator.baseline_cache", "--cache", cache_dir,
+        subprocess.Popen([python, "-m", "agentforge.evaluator.judge.baseline_cache", "--cache", cache_dir,
                           "--spec", spec.to_json()],
                          stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     return True
@@ -233,8 +233,8 @@ def _compile_reference(spec: BaselineSpec) -> None:
     import copy
 
     import torch
+    from agentforge.evaluator.models import set_mode
     from agentforge.evaluator.numerics import numeric_switches
-    from agentforge.evaluator.stage_correctness import set_mode
 
     from agentforge.task import Task
 

@@ -29,12 +29,12 @@ from agentforge.evaluator.guards import (
     inspect_outputs,
     precision_switches,
 )
-from agentforge.evaluator.loading import load_candidate
+from agentforge.evaluator.models import fingerprint, set_mode
+from agentforge.evaluator.protocol.arena import Arena
+from agentforge.evaluator.protocol.wire import SharedFile
 from agentforge.evaluator.result import to_plain
-from agentforge.evaluator.stage_correctness import fingerprint, set_mode
 from agentforge.evaluator.timing import CacheFlusher, head_start, timing_events
-from agentforge.sandbox.arena import Arena
-from agentforge.sandbox.wire import SharedFile
+from agentforge.evaluator.worker.loading import load_candidate
 from torch.profiler import record_function
 
 from agentforge.task import flatten_tensors
@@ -108,7 +108,7 @@ class Worker:
         self.observer = op_observer.start()  # from the candidate's import on, every thread
         self.interpret = bool(request.get("interpret"))
         if self.interpret:
-            from agentforge.evaluator import triton_interpret
+            from agentforge.evaluator.worker import triton_interpret
 
             triton_interpret.enable()
         needs_gpu: list[str] = []
@@ -136,13 +136,13 @@ class Worker:
     def handle_drive(self, request: dict[str, Any]) -> dict[str, Any]:
         """Compile-only CUDA: ModelNew constructed and driven under the CUDA lookalike, so that every
         build it would make on a GPU is made (see `cuda_lookalike`)."""
-        from agentforge.evaluator import cuda_lookalike
+        from agentforge.evaluator.worker import cuda_lookalike
 
         return cuda_lookalike.report(self.model_cls, request)
 
     def handle_build_report(self, request: dict[str, Any]) -> dict[str, Any]:
         """Emulated CUDA: the compile-only builds the correctness stage's drive made so far."""
-        from agentforge.evaluator import cuda_lookalike
+        from agentforge.evaluator.worker import cuda_lookalike
 
         progress = {"reached": self.reached, "stopped": self.stopped}
         return cuda_lookalike.build_report(str(request["backend"]), str(request["arch"]), progress)

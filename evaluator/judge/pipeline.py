@@ -16,34 +16,41 @@ import secrets
 import signal
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 import torch
-from agentforge.evaluator import (
-    build_cache,
+from agentforge.evaluator import build_cache, device_state, integrity, triton_aot
+from agentforge.evaluator.cuda_emulation import judge as cuda_emulated
+from agentforge.evaluator.cuda_source import missing_cuda_source
+from agentforge.evaluator.guards import compute_ops
+from agentforge.evaluator.judge import (
     compile_verdict,
-    device_state,
     elf_needed,
-    integrity,
     redact,
     roofline_stage,
     stage_budget,
     task_check,
-    triton_aot,
 )
-from agentforge.evaluator.compile_only import missing_cuda_source
-from agentforge.evaluator.cuda_emulation import judge as cuda_emulated
-from agentforge.evaluator.guards import compute_ops
-from agentforge.evaluator.remote import (
+from agentforge.evaluator.judge.remote import (
     CandidateRaised,
     WorkerBroken,
     WorkerClient,
     evidence_items,
     refused_syscall_evidence,
 )
+from agentforge.evaluator.judge.stage_correctness import (
+    CorrectnessOutcome,
+    CorrectnessSettings,
+    build_remote,
+    check_hidden_shapes,
+    check_shape,
+    precision_policy,
+    reference_dtype_for,
+)
+from agentforge.evaluator.judge.stage_timing import measure
 from agentforge.evaluator.result import (
     CompileRecord,
     CorrectnessConfig,
@@ -58,16 +65,6 @@ from agentforge.evaluator.result import (
     from_plain,
     to_plain,
 )
-from agentforge.evaluator.stage_correctness import (
-    CorrectnessOutcome,
-    CorrectnessSettings,
-    build_remote,
-    check_hidden_shapes,
-    check_shape,
-    precision_policy,
-    reference_dtype_for,
-)
-from agentforge.evaluator.stage_timing import measure
 
 from agentforge.candidate import code_hash
 from agentforge.task import DEFAULT_SHAPE, Task, TaskLoadError
@@ -77,6 +74,7 @@ _SIGNAL_TYPES = {signal.SIGSEGV: "Segfault", signal.SIGBUS: "BusError", signal.S
                  signal.SIGFPE: "FloatingPointError", signal.SIGILL: "IllegalInstruction",
                  signal.SIGXCPU: "CpuLimit", signal.SIGKILL: "Killed", signal.SIGXFSZ: "FileSizeLimit"}
 _perf_counter = time.perf_counter  # bound before any candidate can patch `time`
+WorkerLauncher = Callable[[bool], WorkerClient]  # interpret -> a started worker (the sandbox's to give)
 
 # KernelBench's current timing (see FIELD.md): 3 warm-ups, then 100 trials with the L2 flushed
 # before each (since Dec 2025) and the first trial discarded (counted here as a fourth warm-up),
@@ -126,10 +124,11 @@ def track_settings(job: EvalJob) -> tuple[TimingConfig, CorrectnessConfig]:
     return job.timing, job.correctness
 
 
-def run_pipeline(job: EvalJob, worker: WorkerClient | None = None) -> EvalResult:
-    """The verdict on `job`. Candidate code runs only in `worker` (a started, set-up worker
-    process; None: spawn one for this job); this process holds the seeds, the reference and the
-    verdict, and never imports the candidate."""
+def run_pipeline(job: EvalJob, worker: WorkerClient | WorkerLauncher) -> EvalResult:
+    """The verdict on `job`. Candidate code runs only in `worker`: a started, set-up worker process,
+    or a launcher that starts one for this job (`sandbox.worker.launch_worker`; it is told whether
+    Triton runs interpreted). This process holds the seeds, the reference and the verdict, and never
+    imports the candidate."""
     ctx = Context(job)
     ctx.clock = clock = stage_budget.StageClock(job.budget)
     build_cache.set_cache_root(job.cache_dir)
@@ -163,7 +162,7 @@ def _cpu_threads(job: EvalJob) -> Iterator[None]:
             os.environ["OMP_NUM_THREADS"] = saved_env
 
 
-def _run(ctx: Context, worker: WorkerClient | None) -> EvalResult:
+def _run(ctx: Context, worker: WorkerClient | WorkerLauncher) -> EvalResult:
     job = ctx.job
     _enter(ctx, Stage.TASK)
     task_started = _perf_counter()
@@ -205,8 +204,8 @@ def _run(ctx: Context, worker: WorkerClient | None) -> EvalResult:
 
     # ----- build and load, in the worker
     _enter(ctx, Stage.BUILD)
-    owned = worker is None
-    client = worker or WorkerClient.spawn(interpret=interpret)
+    owned = not isinstance(worker, WorkerClient)
+    client = worker(interpret) if owned else worker
     if ctx.clock is not None:
         ctx.clock.watch_worker(client.pid)
     try:

@@ -154,7 +154,7 @@ def default_folders() -> list[str]:
 def identify(path: str, known: KnownLibraries) -> tuple[str, str] | None:
     """(kind, what it is) for a file that is not what its name or place says: a BLAS by its entry
     points, or a copy of an installed library (kind "blas", "torch" or "library"); None otherwise."""
-    from agentforge.evaluator.native_sampler import classify
+    from agentforge.evaluator.judge.native_sampler import classify
 
     names = defined_symbols(path)
     points = blas_entry_points(names or [])

@@ -11,8 +11,8 @@ import struct
 
 import pytest
 import torch
-from agentforge.sandbox import wire
-from agentforge.sandbox.arena import Arena
+from agentforge.evaluator.protocol import wire
+from agentforge.evaluator.protocol.arena import Arena
 
 
 def raw_send(sock: socket.socket, envelope: object, fds: list[int] = ()) -> None:

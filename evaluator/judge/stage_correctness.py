@@ -25,15 +25,16 @@ specialised to the task's one fixed size, it is an audit mark and the verdict st
 from __future__ import annotations
 
 import copy
-import hashlib
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
-from agentforge.evaluator import hidden_shapes, prepack, tolerance
-from agentforge.evaluator.compare import compare, reference_meta_outputs
-from agentforge.evaluator.remote import CandidateRaised, RemoteModel, Unsendable, WorkerBroken, WorkerClient
+from agentforge.evaluator import prepack
+from agentforge.evaluator.judge import hidden_shapes, tolerance
+from agentforge.evaluator.judge.compare import compare, reference_meta_outputs
+from agentforge.evaluator.judge.remote import CandidateRaised, RemoteModel, Unsendable, WorkerBroken, WorkerClient
+from agentforge.evaluator.models import set_mode, upcast
 from agentforge.evaluator.result import CorrectnessRecord
 
 from agentforge.task import Task, flatten_tensors
@@ -94,37 +95,6 @@ def reference_dtype_for(task_dtype: torch.dtype, track: str, declared: str | Non
     return torch.float32 if task_dtype in (torch.float16, torch.bfloat16) else torch.float64
 
 
-def set_mode(model: torch.nn.Module) -> torch.nn.Module:
-    """Training mode, as KernelBench's harness leaves its models (BatchNorm on batch statistics:
-    in eval mode, fresh running statistics make several of its CNNs nearly independent of their
-    input, so a constant would pass), with dropout modules off so that results are deterministic."""
-    model.train()
-    for module in model.modules():
-        if isinstance(module, torch.nn.modules.dropout._DropoutNd):
-            module.eval()
-    return model
-
-
-def build_models(task: Task, model_cls: type, shape: str, seed: int, device: torch.device,
-                 ) -> tuple[torch.nn.Module, torch.nn.Module]:
-    """(reference in the task's dtype, `model_cls` with the reference's weights), both in the mode
-    `set_mode` gives. In-process: for trusted classes only (tools, benchmarks), never a candidate."""
-    reference = set_mode(task.make_model(seed, shape, device))
-    init = task.init_inputs(shape)
-    with task.shape_variant(shape), torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        candidate = model_cls(*init)
-    if isinstance(candidate, torch.nn.Module):
-        candidate = candidate.to(device)
-        reference_state = reference.state_dict()
-        own = candidate.state_dict()
-        matching = {k: v for k, v in reference_state.items() if k in own and own[k].shape == v.shape}
-        candidate.load_state_dict(matching, strict=False)
-        set_mode(candidate)
-        prepack.prepare(candidate)
-    return reference, candidate
-
-
 def build_remote(task: Task, client: WorkerClient, shape: str, seed: int, device: torch.device,
                  ) -> tuple[torch.nn.Module, RemoteModel]:
     """(reference, the worker's ModelNew built with the reference's weights). The worker gets the
@@ -132,21 +102,6 @@ def build_remote(task: Task, client: WorkerClient, shape: str, seed: int, device
     reference = set_mode(task.make_model(seed, shape, device))
     candidate = RemoteModel.construct(client, shape, task.init_inputs(shape), reference.state_dict(), device)
     return reference, candidate
-
-
-def upcast(values: list[Any], dtype: torch.dtype) -> list[Any]:
-    return [v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in values]
-
-
-def fingerprint(values: list[Any]) -> list[str]:
-    prints = []
-    for v in values:
-        if isinstance(v, torch.Tensor):
-            raw = v.detach().contiguous().cpu().view(torch.uint8) if v.numel() else v.detach().cpu()
-            prints.append(hashlib.sha256(raw.numpy().tobytes()).hexdigest())
-        else:
-            prints.append(repr(v))
-    return prints
 
 
 class _Judge:
