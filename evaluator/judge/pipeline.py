@@ -19,28 +19,22 @@ import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 import torch
 from agentforge.evaluator import build_cache, device_state, integrity, triton_aot
 from agentforge.evaluator.cuda_emulation import judge as cuda_emulated
 from agentforge.evaluator.cuda_source import missing_cuda_source
-from agentforge.evaluator.guards import compute_ops
 from agentforge.evaluator.judge import (
+    checks,
     compile_verdict,
-    elf_needed,
     redact,
     roofline_stage,
     stage_budget,
     task_check,
 )
-from agentforge.evaluator.judge.remote import (
-    CandidateRaised,
-    WorkerBroken,
-    WorkerClient,
-    evidence_items,
-    refused_syscall_evidence,
-)
+from agentforge.evaluator.judge.remote import WorkerClient, refused_syscall_evidence
 from agentforge.evaluator.judge.stage_correctness import (
     CorrectnessOutcome,
     CorrectnessSettings,
@@ -51,6 +45,7 @@ from agentforge.evaluator.judge.stage_correctness import (
     reference_dtype_for,
 )
 from agentforge.evaluator.judge.stage_timing import measure
+from agentforge.evaluator.protocol.messages import CandidateRaised, WorkerBroken, evidence_items
 from agentforge.evaluator.result import (
     CompileRecord,
     CorrectnessConfig,
@@ -162,6 +157,57 @@ def _cpu_threads(job: EvalJob) -> Iterator[None]:
             os.environ["OMP_NUM_THREADS"] = saved_env
 
 
+class Mode(StrEnum):
+    """How this job's candidate runs, decided once, from the job and the machine (`execution_mode`)."""
+
+    NATIVE = "native"  # built and run where it is: correctness, integrity, timing, profile
+    INTERPRETED = "interpreted"  # Triton without a GPU: Triton's interpreter, then an ahead-of-time compile
+    EMULATED = "emulated"  # CUDA without a GPU: the CPU emulation, each build judged by nvcc on the way
+    COMPILE_ONLY = "compile_only"  # the build verdict alone (a bare job, or nothing here can run it)
+
+
+@dataclass
+class Run:
+    """One job's state as it passes from stage to stage."""
+
+    ctx: Context
+    task: Task
+    client: WorkerClient
+    mode: Mode
+    shapes: list[str]
+    static: list[integrity.StaticFinding]
+    settings: CorrectnessSettings
+    timing_cfg: TimingConfig
+    too_large: str = ""  # the shapes the CPU emulation could not run, said beside a compile-only verdict
+    loaded: dict[str, Any] = field(default_factory=dict)  # the worker's build report
+    load_error: ErrorRecord | None = None
+    outcome: CorrectnessOutcome = field(default_factory=CorrectnessOutcome)
+    raised: ErrorRecord | None = None  # the candidate raised during the emulated correctness stage
+    final: dict[str, Any] = field(default_factory=dict)  # what the worker's watches saw (`_final`)
+    timing: Any = None  # the timing stage's record
+    roofline: Any = None
+
+    @property
+    def job(self) -> EvalJob:
+        return self.ctx.job
+
+
+StageFn = Callable[[Run], EvalResult | None]  # a verdict ends the job; None: the next stage goes on
+
+
+def execution_mode(ctx: Context, task: Task, shapes: list[str]) -> tuple[Mode, list[str]]:
+    """The mode, and the shapes it runs (the CPU emulation runs only those small enough)."""
+    job = ctx.job
+    if interpreted(job, ctx.device):
+        return Mode.INTERPRETED, shapes
+    emulate, shapes = _emulation(ctx, task, shapes)
+    if emulate:
+        return Mode.EMULATED, shapes
+    if job.compile_only or (job.backend in ("cuda", "triton") and ctx.device.type != "cuda"):
+        return Mode.COMPILE_ONLY, shapes
+    return Mode.NATIVE, shapes
+
+
 def _run(ctx: Context, worker: WorkerClient | WorkerLauncher) -> EvalResult:
     job = ctx.job
     _enter(ctx, Stage.TASK)
@@ -184,39 +230,35 @@ def _run(ctx: Context, worker: WorkerClient | WorkerLauncher) -> EvalResult:
     if no_cuda is not None:  # told before anything is built: the build would end in no_cuda_build
         ctx.stage = Stage.BUILD
         return _finish(ctx, Status.NO_CUDA_BUILD, error=ErrorRecord(type="NoCudaBuild", message=no_cuda))
-    # Triton without a GPU runs in Triton's interpreter (correctness, then an ahead-of-time compile
-    # for the target); CUDA without a GPU runs in the CPU emulation, each build judged by nvcc on the
-    # way (one worker, one drive), or gets the nvcc verdict alone (compile-only, a bare job, shapes
-    # too large to emulate).
-    interpret = interpreted(job, ctx.device)
-    emulate, shapes = _emulation(ctx, task, shapes)
-    compile_only = not emulate and (job.compile_only or (job.backend in ("cuda", "triton")
-                                                         and ctx.device.type != "cuda" and not interpret))
+    mode, shapes = execution_mode(ctx, task, shapes)
     timing_cfg, correctness_cfg = track_settings(job)
     settings = _correctness_settings(task, job, correctness_cfg)
     ctx.seeds = {"base_seed": settings.base_seed}
-    if not compile_only:
+    if mode != Mode.COMPILE_ONLY:
         problem = task_check.check(task, shapes, settings.base_seed, ctx.device)
         if problem is not None:
             return _finish(ctx, Status.TASK_ERROR, error=problem)
     static = integrity.static_findings(job.candidate_source)
     ctx.seconds["task"] = round(_perf_counter() - task_started, 3)
 
-    # ----- build and load, in the worker
+    # ----- the worker, then the mode's stages in order, until one gives the verdict
     _enter(ctx, Stage.BUILD)
     owned = not isinstance(worker, WorkerClient)
-    client = worker(interpret) if owned else worker
+    client = worker(mode == Mode.INTERPRETED) if owned else worker
     if ctx.clock is not None:
         ctx.clock.watch_worker(client.pid)
     try:
         if owned:
             client.setup(workdir=os.getcwd(), cache_dir=str(build_cache.cache_root()), cpu_threads=job.cpu_threads,
                          device=str(ctx.device), torch_switches=True)
-        if emulate:
-            return _emulated(ctx, task, client, shapes, static, settings)
-        return _with_worker(ctx, task, client, shapes, static, settings, timing_cfg, interpret, compile_only)
+        run = Run(ctx, task, client, mode, shapes, static, settings, timing_cfg)
+        for stage in STAGES[mode]:
+            verdict = stage(run)
+            if verdict is not None:
+                return verdict
+        raise AssertionError(f"no stage of {mode} gave a verdict")
     except WorkerBroken as exc:
-        if exc.signal == signal.SIGSYS:  # its seccomp filter killed it (`sandbox.seccomp`)
+        if exc.signal == signal.SIGSYS:  # its seccomp filter killed it (the sandbox's guard or seal)
             ctx.flags.append(integrity.flag("refused_syscall", refused_syscall_evidence(client, str(exc))))
             return _finish(ctx, Status.INTEGRITY_FLAG, error=ErrorRecord(
                 type="RefusedSyscall", message=f"candidate worker {exc}", signal=exc.signal))
@@ -242,61 +284,199 @@ def _emulation(ctx: Context, task: Task, shapes: list[str]) -> tuple[bool, list[
     return True, runnable
 
 
-def _load(ctx: Context, client: WorkerClient, compile_only: bool, interpret: bool, emulate: bool,
-          drive_only: bool = False) -> dict[str, Any]:
-    job = ctx.job
-    return client.request("load", source=job.candidate_source, backend=job.backend, compile_only=compile_only,
-                          arch=job.cuda_arch, device=str(ctx.device), interpret=interpret, emulate=emulate,
-                          drive_only=drive_only, module_name=f"agentforge_candidate_{code_hash(job.candidate_source)}")
+def _load(run: Run, drive_only: bool = False) -> dict[str, Any]:
+    job, mode = run.job, run.mode
+    return run.client.request(
+        "load", source=job.candidate_source, backend=job.backend, compile_only=mode == Mode.COMPILE_ONLY,
+        arch=job.cuda_arch, device=str(run.ctx.device), interpret=mode == Mode.INTERPRETED,
+        emulate=mode == Mode.EMULATED, drive_only=drive_only,
+        module_name=f"agentforge_candidate_{code_hash(job.candidate_source)}")
 
 
-def _emulated(ctx: Context, task: Task, client: WorkerClient, shapes: list[str],
-              static: list[integrity.StaticFinding], settings: CorrectnessSettings) -> EvalResult:
-    """A CUDA candidate on a machine without a GPU, in one worker and one drive: the correctness
-    stage runs it in the CPU emulation, and every build it attempts on the way is first the
-    compile-only build (nvcc and g++ with torch's flags). The build stage is decided from those
-    builds afterwards; a failed one, a construct that needs a GPU, or no CUDA built ends the
-    drive at the first call that met it. Static findings that reject already: the drive decides
-    the build stage only (one call), as the compile-only verdict would; so do builds whose flags or
-    sources are flagged (the worker stops at the first call after them)."""
-    job = ctx.job
-    loaded = _load(ctx, client, False, False, True, drive_only=bool(static))
-    _, error = _load_reply(loaded, job.backend)
-    static += [integrity.StaticFinding(rule, evidence) for rule, evidence in
-               evidence_items(loaded.get("build_findings", []))]
-    outcome = CorrectnessOutcome()
-    raised: ErrorRecord | None = None
-    if error is None and loaded.get("has_model") is True:
-        ctx.correctness_notes = outcome.notes
-        _enter(ctx, Stage.CORRECTNESS)
+def _build_findings(reply: dict[str, Any]) -> list[integrity.StaticFinding]:
+    """What was actually built (flags and sources as the compiler got them, assembled at run time or
+    not), from the worker's build report: static evidence like the source's own."""
+    found = evidence_items(reply.get("build_findings", []))
+    return [integrity.StaticFinding(rule, evidence) for rule, evidence in found]
+
+
+# ----- the stages ------------------------------------------------------------------------------
+
+def _build(run: Run) -> EvalResult | None:
+    """Build and load in the worker: a failed build is the verdict."""
+    ctx = run.ctx
+    run.too_large, ctx.execution_note = ctx.execution_note, ""  # said only beside a verdict that stands
+    with ctx.timed("build"):
+        run.loaded = _load(run)
+    ctx.compile, run.load_error = _load_reply(run.loaded, run.job.backend)
+    if run.loaded.get("compile_failed") is True:
+        return _finish(ctx, Status.COMPILE_ERROR, error=run.load_error)
+    run.static += _build_findings(run.loaded)
+    return None
+
+
+def _compile_only_verdict(run: Run) -> EvalResult:
+    """The build verdict is all there is; `accepted` stays false without correctness. A CUDA module
+    that loaded has ModelNew constructed and driven under a CUDA lookalike, so every build is reached."""
+    ctx, job, error, status = run.ctx, run.job, run.load_error, Status.OK
+    if job.backend == "cuda" and error is None and run.loaded.get("has_model") is True:
+        verdict = compile_verdict.judge(run.client, run.task, run.shapes[0], job.backend, job.cuda_arch)
+        ctx.compile, status, error = verdict.compile, verdict.status, verdict.error
+        run.static += [integrity.StaticFinding(rule, evidence) for rule, evidence in verdict.build_findings]
+    _collect_flags(ctx, run.static, CorrectnessOutcome(), run.task, _final(run.client))
+    if status != Status.OK:
+        return _finish(ctx, status, error=error)
+    if error is not None:
+        ctx.stage = Stage.LOAD
+        return _finish(ctx, Status.RUNTIME_ERROR, error=error)
+    ctx.execution_note = run.too_large
+    return _finish(ctx, Status.OK)
+
+
+def _loaded(run: Run) -> EvalResult | None:
+    """The module loaded and defines ModelNew."""
+    run.ctx.stage = Stage.LOAD
+    if run.load_error is not None or run.loaded.get("has_model") is not True:
+        return _finish(run.ctx, Status.RUNTIME_ERROR, error=run.load_error or ErrorRecord(
+            type="MissingModelNew", message="the candidate defines no class `ModelNew`"))
+    return None
+
+
+def _check_shapes(run: Run) -> None:
+    """The correctness stage proper: every declared shape, then the hidden ones (raises
+    CandidateRaised where the candidate raised)."""
+    ctx = run.ctx
+    ctx.correctness_notes = run.outcome.notes
+    _enter(ctx, Stage.CORRECTNESS)
+    with torch.no_grad():
+        with ctx.timed("correctness"):
+            for index, shape in enumerate(run.shapes):
+                check_shape(run.task, run.client, shape, index, ctx.device, run.settings, run.outcome)
+        with ctx.timed("hidden_shapes"):
+            check_hidden_shapes(run.task, run.client, run.shapes, ctx.device, run.settings, run.outcome)
+
+
+def _correctness(run: Run) -> EvalResult | None:
+    """Correctness on fresh inputs, gathering run-time evidence for the integrity rules."""
+    try:
+        _check_shapes(run)
+    except CandidateRaised as exc:
+        _collect_flags(run.ctx, run.static, run.outcome, run.task, _final(run.client))
+        return _finish(run.ctx, Status.RUNTIME_ERROR, correctness=run.outcome.records, error=exc.record)
+    run.final = _final(run.client)
+    _collect_flags(run.ctx, run.static, run.outcome, run.task, run.final)
+    return _checked(run.ctx, run.outcome)
+
+
+def _interpreted_compile(run: Run) -> EvalResult:
+    """Correct in Triton's interpreter: dry-launch the shapes it did not run, then compile what was
+    launched for the job's GPU arch."""
+    specs, problems = run.final.get("launch_specs", []), run.final.get("launch_problems", [])
+    notes = _dry_launches(run.task, run.client, run.shapes, run.ctx.device, specs)
+    return _interpreted_verdict(run.ctx, specs, problems, run.outcome, notes)
+
+
+def _timing(run: Run) -> EvalResult | None:
+    """The worker times the candidate, this process the baselines, interleaved (after the seal: no
+    new process from here)."""
+    ctx, job, outcome, settings = run.ctx, run.job, run.outcome, run.settings
+    if not job.measure.timing:
+        ctx.stage = Stage.DONE
+        return _finish(ctx, Status.OK, correctness=outcome.records)
+    _enter(ctx, Stage.TIMING, correctness=outcome.records)
+    timing_shape = job.timing_shape if job.timing_shape in run.shapes else run.shapes[0]
+    reference, candidate = outcome.models[timing_shape]
+    ctx.flags += [integrity.flag(rule, evidence) for rule, evidence in run.client.seal()]
+    timing_started = _perf_counter()
+    try:
+        with torch.no_grad():
+            timed = measure(task=run.task, shape=timing_shape, candidate=candidate, reference=reference,
+                            reference_dtype=settings.reference_dtype, device=ctx.device, config=run.timing_cfg,
+                            baselines=job.measure.baselines, compile_modes=_compile_modes(job, ctx.device),
+                            tolerance=outcome.timing_tolerance.get(timing_shape, (settings.atol, settings.rtol)),
+                            seed=settings.base_seed + 99991, outputs_like=outcome.expected.get(timing_shape),
+                            candidate_source=job.candidate_source, compile_wait_s=_compile_wait_s(ctx))
+    except CandidateRaised as exc:  # on the timing's fresh inputs: the verdict keeps what correctness found
+        _collect_flags(ctx, [], CorrectnessOutcome(), run.task, _final(run.client))
+        return _finish(ctx, Status.RUNTIME_ERROR, correctness=outcome.records, error=exc.record)
+    ctx.seconds["baselines_compile"] = round(timed.compile_seconds, 3)
+    ctx.seconds["timing"] = round(_perf_counter() - timing_started - timed.compile_seconds, 3)
+    ctx.flags += [integrity.flag(rule, ev) for rule, ev in timed.evidence]
+    _collect_flags(ctx, [], CorrectnessOutcome(), run.task, _final(run.client))
+    run.timing = timed.record
+    run.roofline = roofline_stage.roofline_for(run.task, timing_shape, ctx.device, timed.record.candidate.median_us)
+    _speed_flags(ctx, timed.record, run.roofline)
+    if _rejecting(ctx):
+        return _finish(ctx, Status.INTEGRITY_FLAG, correctness=outcome.records, timing=run.timing,
+                       roofline=run.roofline)
+    return None
+
+
+def _profile(run: Run) -> EvalResult:
+    ctx = run.ctx
+    _enter(ctx, Stage.PROFILE, Status.OK, correctness=run.outcome.records, timing=run.timing, roofline=run.roofline)
+    with ctx.timed("profile"):
+        profile = roofline_stage.profile(run.job, ctx.device)
+    ctx.stage = Stage.DONE
+    return _finish(ctx, Status.OK, correctness=run.outcome.records, timing=run.timing, roofline=run.roofline,
+                   profile=profile)
+
+
+def _emulated_drive(run: Run) -> EvalResult | None:
+    """One worker, one drive: the correctness stage runs the candidate in the CPU emulation, and
+    every build it attempts on the way is first the compile-only build (nvcc and g++ with torch's
+    flags). Static findings that reject already: the drive decides the build stage only (one call),
+    as the compile-only verdict would; so do builds whose flags or sources are flagged (the worker
+    stops at the first call after them). The build stage is decided afterwards (`_emulated_build`)."""
+    run.loaded = _load(run, drive_only=bool(run.static))
+    _, run.load_error = _load_reply(run.loaded, run.job.backend)
+    run.static += _build_findings(run.loaded)
+    if run.load_error is None and run.loaded.get("has_model") is True:
         try:
-            with torch.no_grad():
-                for index, shape in enumerate(shapes):
-                    check_shape(task, client, shape, index, ctx.device, settings, outcome)
-                check_hidden_shapes(task, client, shapes, ctx.device, settings, outcome)
+            _check_shapes(run)
         except CandidateRaised as exc:
-            raised = exc.record
-    verdict = compile_verdict.judge_emulated(client, job.backend, job.cuda_arch)
+            run.raised = exc.record
+    return None
+
+
+def _emulated_build(run: Run) -> EvalResult | None:
+    """The build stage, from the builds the drive made: a failed one, a construct that needs a GPU,
+    or no CUDA built ends the job at the build stage (`_build_decided`)."""
+    ctx, job = run.ctx, run.job
+    verdict = compile_verdict.judge_emulated(run.client, job.backend, job.cuda_arch)
     ctx.compile = verdict.compile
-    static += [integrity.StaticFinding(rule, evidence) for rule, evidence in verdict.build_findings]
-    final = _final(client)
-    not_run = cuda_emulated.failed_builds(final)
-    if error is not None or verdict.status != Status.OK or not_run:
-        return _build_decided(ctx, task, static, final, verdict, error, not_run)
+    run.static += [integrity.StaticFinding(rule, evidence) for rule, evidence in verdict.build_findings]
+    run.final = _final(run.client)
+    not_run = cuda_emulated.failed_builds(run.final)
+    if run.load_error is not None or verdict.status != Status.OK or not_run:
+        return _build_decided(ctx, run.task, run.static, run.final, verdict, run.load_error, not_run)
+    return None
+
+
+def _emulated_verdict(run: Run) -> EvalResult:
+    ctx, outcome = run.ctx, run.outcome
     ctx.executed_on = cuda_emulated.EXECUTED_ON
     ctx.execution_note = "; ".join(x for x in (cuda_emulated.NOTE, ctx.execution_note) if x)
-    if static:  # rejecting findings (every static one rejects): the verdict, as the drive left it
-        _collect_flags(ctx, static, CorrectnessOutcome(), task, _drive_evidence(final))
+    if run.static:  # rejecting findings (every static one rejects): the verdict, as the drive left it
+        _collect_flags(ctx, run.static, CorrectnessOutcome(), run.task, _drive_evidence(run.final))
         ctx.stage, ctx.executed_on, ctx.execution_note, ctx.correctness_notes = Stage.BUILD, "", "", {}
         return _finish(ctx, Status.OK)
-    _collect_flags(ctx, static, outcome, task, final)
-    if raised is not None:
-        return _finish(ctx, Status.RUNTIME_ERROR, correctness=outcome.records, error=raised)
+    _collect_flags(ctx, run.static, outcome, run.task, run.final)
+    if run.raised is not None:
+        return _finish(ctx, Status.RUNTIME_ERROR, correctness=outcome.records, error=run.raised)
     rejected = _checked(ctx, outcome)
     if rejected is not None:
         return rejected
     ctx.stage = Stage.DONE  # correct in the emulation: no timing exists without a GPU
     return _finish(ctx, Status.OK, correctness=outcome.records)
+
+
+STAGES: dict[Mode, tuple[StageFn, ...]] = {
+    Mode.NATIVE: (_build, _loaded, _correctness, _timing, _profile),
+    Mode.INTERPRETED: (_build, _loaded, _correctness, _interpreted_compile),
+    Mode.EMULATED: (_emulated_drive, _emulated_build, _emulated_verdict),
+    Mode.COMPILE_ONLY: (_build, _compile_only_verdict),
+}
 
 
 def _build_decided(ctx: Context, task: Task, static: list[integrity.StaticFinding], final: dict[str, Any],
@@ -322,101 +502,6 @@ def _drive_evidence(final: dict[str, Any]) -> dict[str, Any]:
     at the build stage (stand-ins for what cannot run, a fallback after a failed build) was no
     correctness run, and a compile-only verdict counts no operators."""
     return {k: v for k, v in final.items() if k not in ("op_counts", "observed_ops", "background_ops")}
-
-
-def _with_worker(ctx: Context, task: Task, client: WorkerClient, shapes: list[str],
-                 static: list[integrity.StaticFinding], settings: CorrectnessSettings, timing_cfg: TimingConfig,
-                 interpret: bool, compile_only: bool) -> EvalResult:
-    job = ctx.job
-    too_large, ctx.execution_note = ctx.execution_note, ""  # said only beside a verdict that stands
-    with ctx.timed("build"):
-        loaded = _load(ctx, client, compile_only, interpret, False)
-    ctx.compile, error = _load_reply(loaded, job.backend)
-    if loaded.get("compile_failed") is True:
-        return _finish(ctx, Status.COMPILE_ERROR, error=error)
-    # What was actually built (flags and sources as the compiler got them, assembled at run time
-    # or not) joins the static evidence.
-    static += [integrity.StaticFinding(rule, evidence) for rule, evidence in
-               evidence_items(loaded.get("build_findings", []))]
-    if compile_only:
-        status = Status.OK
-        if job.backend == "cuda" and error is None and loaded.get("has_model") is True:
-            # Every build reached: ModelNew constructed and driven under a CUDA lookalike.
-            verdict = compile_verdict.judge(client, task, shapes[0], job.backend, job.cuda_arch)
-            ctx.compile, status, error = verdict.compile, verdict.status, verdict.error
-            static += [integrity.StaticFinding(rule, evidence) for rule, evidence in verdict.build_findings]
-        _collect_flags(ctx, static, CorrectnessOutcome(), task, _final(client))
-        if status != Status.OK:
-            return _finish(ctx, status, error=error)
-        if error is not None:
-            ctx.stage = Stage.LOAD
-            return _finish(ctx, Status.RUNTIME_ERROR, error=error)
-        # The build verdict is all there is; `accepted` stays false without correctness.
-        ctx.execution_note = too_large
-        return _finish(ctx, Status.OK)
-    ctx.stage = Stage.LOAD
-    if error is not None or loaded.get("has_model") is not True:
-        return _finish(ctx, Status.RUNTIME_ERROR, error=error or ErrorRecord(
-            type="MissingModelNew", message="the candidate defines no class `ModelNew`"))
-
-    # ----- correctness, gathering run-time evidence for the integrity rules
-    outcome = CorrectnessOutcome()
-    ctx.correctness_notes = outcome.notes
-    _enter(ctx, Stage.CORRECTNESS)
-    try:
-        with torch.no_grad():
-            with ctx.timed("correctness"):
-                for index, shape in enumerate(shapes):
-                    check_shape(task, client, shape, index, ctx.device, settings, outcome)
-            with ctx.timed("hidden_shapes"):
-                check_hidden_shapes(task, client, shapes, ctx.device, settings, outcome)
-    except CandidateRaised as exc:
-        _collect_flags(ctx, static, outcome, task, _final(client))
-        return _finish(ctx, Status.RUNTIME_ERROR, correctness=outcome.records, error=exc.record)
-    final = _final(client)
-    _collect_flags(ctx, static, outcome, task, final)
-    rejected = _checked(ctx, outcome)
-    if rejected is not None:
-        return rejected
-    if interpret:
-        specs, problems = final.get("launch_specs", []), final.get("launch_problems", [])
-        notes = _dry_launches(task, client, shapes, ctx.device, specs)
-        return _interpreted_verdict(ctx, specs, problems, outcome, notes)
-    if not job.measure.timing:
-        ctx.stage = Stage.DONE
-        return _finish(ctx, Status.OK, correctness=outcome.records)
-
-    # ----- timing: the worker times the candidate, this process the baselines, interleaved
-    _enter(ctx, Stage.TIMING, correctness=outcome.records)
-    timing_shape = job.timing_shape if job.timing_shape in shapes else shapes[0]
-    reference, candidate = outcome.models[timing_shape]
-    ctx.flags += [integrity.flag(rule, evidence) for rule, evidence in client.seal()]  # no new process from here
-    timing_started = _perf_counter()
-    try:
-        with torch.no_grad():
-            timed = measure(task, timing_shape, candidate, reference, settings.reference_dtype, ctx.device,
-                            timing_cfg, job.measure.baselines, _compile_modes(job, ctx.device),
-                            outcome.timing_tolerance.get(timing_shape, (settings.atol, settings.rtol)),
-                            seed=settings.base_seed + 99991, outputs_like=outcome.expected.get(timing_shape),
-                            candidate_source=job.candidate_source, compile_wait_s=_compile_wait_s(ctx))
-    except CandidateRaised as exc:  # on the timing's fresh inputs: the verdict keeps what correctness found
-        _collect_flags(ctx, [], CorrectnessOutcome(), task, _final(client))
-        return _finish(ctx, Status.RUNTIME_ERROR, correctness=outcome.records, error=exc.record)
-    ctx.seconds["baselines_compile"] = round(timed.compile_seconds, 3)
-    ctx.seconds["timing"] = round(_perf_counter() - timing_started - timed.compile_seconds, 3)
-    ctx.flags += [integrity.flag(rule, ev) for rule, ev in timed.evidence]
-    _collect_flags(ctx, [], CorrectnessOutcome(), task, _final(client))
-    roofline = roofline_stage.roofline_for(task, timing_shape, ctx.device, timed.record.candidate.median_us)
-    _speed_flags(ctx, timed.record, roofline)
-    if _rejecting(ctx):
-        return _finish(ctx, Status.INTEGRITY_FLAG, correctness=outcome.records, timing=timed.record,
-                       roofline=roofline)
-    _enter(ctx, Stage.PROFILE, Status.OK, correctness=outcome.records, timing=timed.record, roofline=roofline)
-    with ctx.timed("profile"):
-        profile = roofline_stage.profile(job, ctx.device)
-    ctx.stage = Stage.DONE
-    return _finish(ctx, Status.OK, correctness=outcome.records, timing=timed.record, roofline=roofline,
-                   profile=profile)
 
 
 def _checked(ctx: Context, outcome: CorrectnessOutcome) -> EvalResult | None:
@@ -572,50 +657,12 @@ def _compile_modes(job: EvalJob, device: torch.device) -> tuple[str, ...]:
 
 def _collect_flags(ctx: Context, static: list[integrity.StaticFinding], outcome: CorrectnessOutcome, task: Task,
                    final: dict[str, Any]) -> None:
+    """Every registered integrity check (`checks`) over what the stages left, each finding flagged once."""
     seen = {(f.rule, f.evidence) for f in ctx.flags}
-
-    def add(rule: str, evidence: str, severity: str = "reject") -> None:
+    for rule, evidence in checks.collect(checks.Evidence(task, list(static), list(outcome.evidence), final)):
         if (rule, evidence) not in seen:
             seen.add((rule, evidence))
-            ctx.flags.append(integrity.flag(rule, evidence, severity))
-
-    for finding in static:
-        add(finding.rule, finding.evidence)
-    for rule, evidence in [*outcome.evidence, *final.get("evidence", [])]:
-        if rule in integrity.RULES:  # a rule the worker made up is dropped, not trusted
-            add(rule, evidence)
-    for finding in _native_evidence(final):
-        add(finding.rule, finding.evidence)
-    compute = compute_ops(_counts(final.get("op_counts")), task.allowed_torch_ops)
-    if compute:
-        listed = ", ".join(f"{op} x{n}" for op, n in sorted(compute.items(), key=lambda kv: -kv[1])[:8])
-        add("torch_fallback", f"ModelNew.forward dispatched PyTorch compute: {listed}")
-    observed = compute_ops(_counts(final.get("observed_ops")), task.allowed_torch_ops)
-    if observed:
-        listed = ", ".join(f"{op} x{n}" for op, n in sorted(observed.items(), key=lambda kv: -kv[1])[:8])
-        add("torch_fallback", f"torch's C++ observer saw PyTorch compute inside ModelNew's calls: {listed}")
-    background = compute_ops(_counts(final.get("background_ops")), task.allowed_torch_ops)
-    if background:
-        listed = ", ".join(f"{op} x{n}" for op, n in sorted(background.items(), key=lambda kv: -kv[1])[:8])
-        add("background_work", f"PyTorch compute on other threads between ModelNew's calls: {listed}")
-
-
-def _counts(raw: Any) -> dict[str, int]:
-    """Operator counts from the worker, kept only where they are what they claim to be."""
-    if not isinstance(raw, dict):
-        return {}
-    return {str(k)[:200]: v for k, v in list(raw.items())[:5000] if type(v) is int and v >= 0}
-
-
-def _native_evidence(final: dict[str, Any]) -> list[integrity.StaticFinding]:
-    """Libraries the candidate opened and symbols it resolved through ctypes (the worker's audit
-    hook), and what those libraries link against (read here, from the files)."""
-    opened = [str(x)[:500] for x in final.get("opened", []) if isinstance(x, str)][:200]
-    symbols = [(str(p[0])[:500], str(p[1])[:200]) for p in final.get("symbols", [])
-               if isinstance(p, list | tuple) and len(p) == 2][:2000]
-    own = str(build_cache.cache_root())
-    return integrity.native_findings(opened, symbols, elf_needed.needed([p for p in opened if p.startswith("/")]),
-                                     own=own, mapped=final.get("mapped_since_setup", []))
+            ctx.flags.append(integrity.flag(rule, evidence))
 
 
 def _speed_flags(ctx: Context, timing_record: Any, roofline: Any) -> None:
