@@ -154,6 +154,12 @@ def _identity(value: Any) -> tuple[Any, ...]:
     return (value,)
 
 
+def _candidate_code(value: Any) -> bool:
+    """Whether `value` is a function compiled from the candidate's source (`loading.load_candidate`)."""
+    target = getattr(value, "__func__", value)
+    return inspect.isfunction(target) and target.__code__.co_filename.startswith("<candidate ")
+
+
 def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
     return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
@@ -175,6 +181,9 @@ class TamperSnapshot:
         """(patched functions, changed precision switches) since the snapshot."""
         now = TamperSnapshot.take()
         patched = sorted(k for k, v in self.objects.items() if not _same(now.objects.get(k, v), v))
+        # A harness module first imported after the snapshot (the judge's, which the worker never
+        # loads, say) holding a function the candidate's source defined: patched all the same.
+        patched += sorted(k for k, v in now.objects.items() if k not in self.objects and _candidate_code(v[0]))
         switched = sorted(f"{k}: {self.switches[k]!r} -> {now.switches[k]!r}"
                           for k in self.switches if now.switches[k] != self.switches[k])
         return patched, switched
