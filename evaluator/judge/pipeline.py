@@ -44,7 +44,7 @@ from agentforge.evaluator.judge.stage_correctness import (
     precision_policy,
     reference_dtype_for,
 )
-from agentforge.evaluator.judge.stage_timing import measure
+from agentforge.evaluator.judge.stage_timing import TimingRequest, measure
 from agentforge.evaluator.protocol.messages import CandidateRaised, WorkerBroken, evidence_items
 from agentforge.evaluator.result import (
     CompileRecord,
@@ -390,12 +390,13 @@ def _timing(run: Run) -> EvalResult | None:
     timing_started = _perf_counter()
     try:
         with torch.no_grad():
-            timed = measure(task=run.task, shape=timing_shape, candidate=candidate, reference=reference,
-                            reference_dtype=settings.reference_dtype, device=ctx.device, config=run.timing_cfg,
-                            baselines=job.measure.baselines, compile_modes=_compile_modes(job, ctx.device),
-                            tolerance=outcome.timing_tolerance.get(timing_shape, (settings.atol, settings.rtol)),
-                            seed=settings.base_seed + 99991, outputs_like=outcome.expected.get(timing_shape),
-                            candidate_source=job.candidate_source, compile_wait_s=_compile_wait_s(ctx))
+            timed = measure(TimingRequest(
+                task=run.task, shape=timing_shape, candidate=candidate, reference=reference,
+                reference_dtype=settings.reference_dtype, device=ctx.device, config=run.timing_cfg,
+                baselines=job.measure.baselines, compile_modes=_compile_modes(job, ctx.device),
+                tolerance=outcome.timing_tolerance.get(timing_shape, (settings.atol, settings.rtol)),
+                seed=settings.base_seed + 99991, outputs_like=outcome.expected.get(timing_shape),
+                candidate_source=job.candidate_source, compile_wait_s=_compile_wait_s(ctx)))
     except CandidateRaised as exc:  # on the timing's fresh inputs: the verdict keeps what correctness found
         _collect_flags(ctx, [], CorrectnessOutcome(), run.task, _final(run.client))
         return _finish(ctx, Status.RUNTIME_ERROR, correctness=outcome.records, error=exc.record)

@@ -369,25 +369,161 @@ def _load_notes(device: torch.device) -> list[str]:
     return [f"machine loaded: load average {load:.1f} on {cores} cores; CPU timings and their ratios are unreliable"]
 
 
-def measure(task: Task, shape: str, candidate: RemoteModel, reference: torch.nn.Module,
-            reference_dtype: torch.dtype, device: torch.device, config: TimingConfig,
-            baselines: tuple[str, ...], compile_modes: tuple[str, ...], tolerance: tuple[float, float],
-            seed: int, outputs_like: Any = None, cpu_threads: int | None = None,
-            candidate_source: str = "", compile_wait_s: float = 0.0) -> TimingOutcome:
+@dataclass(frozen=True)
+class TimingRequest:
+    """What the timing stage times, and how. `cpu_threads`: the threads the candidate may use on the
+    CPU; by default the judge's own, which its baselines run with. `candidate_source` names the
+    kernels the source defines, for the device attribution on CUDA."""
+
+    task: Task
+    shape: str
+    candidate: RemoteModel
+    reference: torch.nn.Module
+    reference_dtype: torch.dtype
+    device: torch.device
+    config: TimingConfig
+    baselines: tuple[str, ...]
+    compile_modes: tuple[str, ...]
+    tolerance: tuple[float, float]
+    seed: int
+    outputs_like: Any = None
+    cpu_threads: int | None = None
+    candidate_source: str = ""
+    compile_wait_s: float = 0.0
+
+    @property
+    def threads(self) -> int | None:
+        """The CPU threads the candidate may use (None on a GPU)."""
+        return (self.cpu_threads or torch.get_num_threads()) if self.device.type == "cpu" else None
+
+    @property
+    def outside_checked(self) -> bool:
+        """Whether the worker's CPU outside the timed windows is held (one thread on the CPU backend:
+        on more, or on a GPU, the runtimes' helper threads make those windows noisy)."""
+        return self.threads == 1
+
+
+@dataclass
+class TimedRun:
+    """What one interleaved timing loop left, for the checks that read it (`TIMING_CHECKS`)."""
+
+    request: TimingRequest
+    run: Any  # timing.run_interleaved's result
+    buffers: list[Any]
+    refill: Any
+    threads_before: dict[int, float]
+    threads_after: dict[int, float]
+    process_cpu_us: float | None  # the worker process's CPU over the loop, every thread
+    notes: list[str] = field(default_factory=list)
+    evidence: list[tuple[str, str]] = field(default_factory=list)
+    shares: Any = None  # the device attribution on CUDA
+
+    @property
+    def cand(self) -> Any:
+        return self.run.subjects["candidate"]
+
+
+TimingCheck = Any  # Callable[[TimedRun], None]: adds its evidence and notes to the TimedRun
+TIMING_CHECKS: dict[str, TimingCheck] = {}
+
+
+def timing_check(name: str) -> Any:
+    """Register a check over the timed loop, run in registration order (a check may replace the
+    candidate's samples, e.g. by the judge's clock, for the checks and the summary after it)."""
+
+    def register(fn: TimingCheck) -> TimingCheck:
+        if name in TIMING_CHECKS:
+            raise ValueError(f"timing check {name!r} is registered twice")
+        TIMING_CHECKS[name] = fn
+        return fn
+
+    return register
+
+
+@timing_check("timed_outputs")
+def _timed_outputs(t: TimedRun) -> None:
+    """The re-checked repetitions, and what the worker's watches saw on timed calls (each rule once,
+    with its count)."""
+    t.evidence += [("timed_output_mismatch", f) for f in t.run.recheck_failures[:3]]
+    timed = t.request.candidate.timed_evidence
+    for rule in dict.fromkeys(r for r, _ in timed):
+        hits = [e for r, e in timed if r == rule]
+        t.evidence.append((rule, f"{hits[0]} ({len(hits)} of {len(cand_samples(t.run))} timed calls)"))
+
+
+@timing_check("clocks")
+def _clocks(t: TimedRun) -> None:
+    """The worker's samples against the judge's wall and CPU clocks; the judge's clock stands in
+    where they disagree."""
+    clock = clock_disagreement(t.cand.samples_us, t.request.candidate.clock, t.request.threads)
+    t.notes += clock.notes
+    t.evidence += clock.evidence
+    if clock.substitute_us is not None:
+        t.cand.samples_us = clock.substitute_us
+
+
+@timing_check("outside_windows")
+def _outside_windows(t: TimedRun) -> None:
+    if t.request.outside_checked:
+        outside, notes = outside_disagreement(t.request.candidate.clock, len(t.cand.samples_us))
+        t.notes += notes
+        t.evidence += outside
+
+
+@timing_check("threads")
+def _threads(t: TimedRun) -> None:
+    """How many of the worker's threads worked in the loop, against the threads allowed."""
+    threads = t.request.threads
+    if threads is None or not t.threads_after:
+        return
+    pid = t.request.candidate.client.pid
+    busy = busy_threads(t.threads_before, t.threads_after, pid, sum(t.cand.samples_us))
+    ended = (ended_threads_us(t.process_cpu_us, t.threads_before, t.threads_after)
+             if t.process_cpu_us is not None else 0.0)
+    t.notes.append(f"worker threads that worked in the timed loop: {len(busy)} of {len(t.threads_after)} "
+                   "(CPU ms: " + ", ".join(f"{cpu / 1e3:.1f}" for cpu in busy.values())
+                   + f"; ended threads {ended / 1e3:.2f})")
+    oversubscribed = thread_oversubscription(busy, threads, ended)
+    if oversubscribed:
+        t.evidence.append(("thread_oversubscription", oversubscribed))
+
+
+@timing_check("device")
+def _device(t: TimedRun) -> None:
+    """On CUDA: work left running after the call returned, and whose kernels the device ran."""
+    request = t.request
+    if request.device.type != "cuda":
+        return
+    gap = timing.unsynchronized_evidence(t.cand, [s for s in t.run.subjects.values() if s is not t.cand])
+    if gap:
+        t.evidence.append(("unsynchronized_work", gap))
+        t.cand.samples_us = t.cand.closed_us  # time it by what the device really did
+    t.refill(-1)
+    t.shares = device_attribution.judge(request.candidate, t.buffers, request.task, request.candidate_source,
+                                        build_cache.cache_root())
+    t.notes.append(device_attribution.describe(t.shares))
+    below = device_attribution.evidence(t.shares)
+    if below:
+        t.evidence.append(("torch_fallback", below))
+
+
+def measure(request: TimingRequest) -> TimingOutcome:
     """Time the candidate (in its worker) and the baselines (here) interleaved on the same fresh
-    inputs, and hold the worker's samples against the judge's clocks. `cpu_threads`: the threads the
-    candidate may use on the CPU; by default the judge's own, which its baselines run with. On CUDA,
-    a few extra calls under the device profiler say whose kernels the device ran
-    (`device_attribution`; `candidate_source` names the kernels its source defines)."""
+    inputs, then run every registered check over the loop (`TIMING_CHECKS`): the worker's samples
+    held against the judge's clocks, its CPU outside the timed windows and its threads, and on CUDA
+    whose kernels the device ran."""
+    task, shape, device, config = request.task, request.shape, request.device, request.config
+    candidate, reference = request.candidate, request.reference
     notes: list[str] = []
-    pool = [task.make_inputs(seed + 7919, shape, device)]
+    pool = [task.make_inputs(request.seed + 7919, shape, device)]
     buffers = [v.clone() if isinstance(v, torch.Tensor) else v for v in pool[0]]
-    reference_hi = copy.deepcopy(reference).to(reference_dtype)
+    reference_hi = copy.deepcopy(reference).to(request.reference_dtype)
     dtypes = reference_output_dtypes(reference, pool[0])
+    atol, rtol = request.tolerance
 
     fresh_each_rep = _input_bytes(pool[0]) <= FRESH_INPUT_BYTES
     if not fresh_each_rep:  # the entries mix_pool draws from
-        pool += [task.make_inputs(seed + 7919 * (k + 1), shape, device) for k in range(1, POOL_SIZE)]
+        pool += [task.make_inputs(request.seed + 7919 * (k + 1), shape, device) for k in range(1, POOL_SIZE)]
     secret = random.SystemRandom()  # not derivable from anything the candidate can see
 
     def refill(rep: int) -> None:
@@ -403,8 +539,8 @@ def measure(task: Task, shape: str, candidate: RemoteModel, reference: torch.nn.
         mix_pool(buffers, pool, secret, device)
 
     def recheck(rep: int, output: Any) -> str | None:
-        expected = reference_hi(*upcast(buffers, reference_dtype))
-        result = compare(output, expected, task.dtype, atol=tolerance[0], rtol=tolerance[1], dtypes=dtypes)
+        expected = reference_hi(*upcast(buffers, request.reference_dtype))
+        result = compare(output, expected, task.dtype, atol=atol, rtol=rtol, dtypes=dtypes)
         return None if result.passed else f"repetition {rep}: {result.message or result.failed_check}"
 
     def crosscheck(rep: int, output: Any, eager: Any) -> str | None:
@@ -413,23 +549,21 @@ def measure(task: Task, shape: str, candidate: RemoteModel, reference: torch.nn.
         # On CROSSCHECK_SAMPLE elements drawn in secret after the call (a stale or skipped output is
         # wrong almost everywhere); the re-checked repetitions compare every element.
         output, eager = secret_sample(output, eager, secret)
-        result = compare(output, eager, task.dtype, atol=2 * tolerance[0], rtol=2 * tolerance[1], dtypes=dtypes)
+        result = compare(output, eager, task.dtype, atol=2 * atol, rtol=2 * rtol, dtypes=dtypes)
         return None if result.passed else f"repetition {rep}, against eager: {result.message or result.failed_check}"
 
     candidate.flush, candidate.head_start = config.flush_l2, config.head_start
-    outside_checked = device.type == "cpu" and (cpu_threads or torch.get_num_threads()) == 1
-    candidate.replica = outside_checked and _input_bytes(buffers) <= REPLICA_MAX_BYTES
-    if outputs_like is None:
-        outputs_like = reference(*buffers)
+    candidate.replica = request.outside_checked and _input_bytes(buffers) <= REPLICA_MAX_BYTES
+    outputs_like = request.outputs_like if request.outputs_like is not None else reference(*buffers)
     candidate.calibrate(task_precision(outputs_like, dtypes))
     subjects = [timing.Subject("candidate", candidate.timer, timer=candidate.timer)]
-    if "eager" in baselines:
+    if "eager" in request.baselines:
         subjects.append(timing.Subject("eager", reference))
     before_compile = ConcurrencyWatch.start()
     compiled = CompiledBaselines()
-    if "compile" in baselines and compile_modes:
-        compiled = compile_baselines(task, shape, reference, buffers, compile_modes, device, cpu_threads,
-                                     compile_wait_s)
+    if "compile" in request.baselines and request.compile_modes:
+        compiled = compile_baselines(task, shape, reference, buffers, request.compile_modes, device,
+                                     request.cpu_threads, request.compile_wait_s)
         subjects += compiled.subjects
         notes += compiled.notes
     after_compile = ConcurrencyWatch.start()
@@ -441,47 +575,15 @@ def measure(task: Task, shape: str, candidate: RemoteModel, reference: torch.nn.
     # fused candidate once, which inflated the speedup. (The candidate's worker keeps its observer,
     # an integrity check: what it costs there falls on the candidate alone; on CUDA the head start
     # hides it, which gpu-check measures.)
-    run = timing.run_interleaved(subjects, buffers, refill, device, config, recheck, seed=seed,
+    run = timing.run_interleaved(subjects, buffers, refill, device, config, recheck, seed=request.seed,
                                  crosscheck=crosscheck if config.recheck_fraction > 0 else None)
     threads_after = thread_cpu_us(candidate.client.pid)
     process_after = cpu_ns(candidate.cpu_clock)
-    evidence = [("timed_output_mismatch", f) for f in run.recheck_failures[:3]]
-    for rule in dict.fromkeys(r for r, _ in candidate.timed_evidence):  # each rule once, with its count
-        hits = [e for r, e in candidate.timed_evidence if r == rule]
-        evidence.append((rule, f"{hits[0]} ({len(hits)} of {len(cand_samples(run))} timed calls)"))
-    cand = run.subjects["candidate"]
-    threads = (cpu_threads or torch.get_num_threads()) if device.type == "cpu" else None
-    clock = clock_disagreement(cand.samples_us, candidate.clock, threads)
-    notes += clock.notes
-    evidence += clock.evidence
-    if clock.substitute_us is not None:
-        cand.samples_us = clock.substitute_us
-    if outside_checked:  # on more threads or a GPU, the runtimes' helper threads make these windows noisy
-        outside, outside_notes = outside_disagreement(candidate.clock, len(cand.samples_us))
-        notes += outside_notes
-        evidence += outside
-    if threads is not None and threads_after:
-        busy = busy_threads(threads_before, threads_after, candidate.client.pid, sum(cand.samples_us))
-        ended = (ended_threads_us((process_after - process_before) / 1e3, threads_before, threads_after)
-                 if process_before is not None and process_after is not None else 0.0)
-        notes.append(f"worker threads that worked in the timed loop: {len(busy)} of {len(threads_after)} "
-                     "(CPU ms: " + ", ".join(f"{cpu / 1e3:.1f}" for cpu in busy.values())
-                     + f"; ended threads {ended / 1e3:.2f})")
-        oversubscribed = thread_oversubscription(busy, threads, ended)
-        if oversubscribed:
-            evidence.append(("thread_oversubscription", oversubscribed))
-    shares = None
-    if device.type == "cuda":
-        gap = timing.unsynchronized_evidence(cand, [s for s in run.subjects.values() if s is not cand])
-        if gap:
-            evidence.append(("unsynchronized_work", gap))
-            cand.samples_us = cand.closed_us  # time it by what the device really did
-        refill(-1)
-        shares = device_attribution.judge(candidate, buffers, task, candidate_source, build_cache.cache_root())
-        notes.append(device_attribution.describe(shares))
-        below = device_attribution.evidence(shares)
-        if below:
-            evidence.append(("torch_fallback", below))
+    process_cpu_us = ((process_after - process_before) / 1e3
+                      if process_before is not None and process_after is not None else None)
+    timed = TimedRun(request, run, buffers, refill, threads_before, threads_after, process_cpu_us, notes)
+    for check in TIMING_CHECKS.values():
+        check(timed)
     summaries = {name: timing.summarise(s, config.statistic) for name, s in run.subjects.items()
                  if name != timing.FLOOR}
     floor = timing.summarise(run.subjects[timing.FLOOR], "median")
@@ -492,7 +594,7 @@ def measure(task: Task, shape: str, candidate: RemoteModel, reference: torch.nn.
     record = TimingRecord(
         shape=shape, method=run.method, candidate=summaries.pop("candidate"), baselines=summaries,
         l2_flushed=run.l2_flushed, interleaved=True, rechecked_outputs=run.rechecks, notes=tuple(notes),
-        floor=floor, overhead_bound=bound, device_attribution=shares, missing_baselines=compiled.missing,
+        floor=floor, overhead_bound=bound, device_attribution=timed.shares, missing_baselines=compiled.missing,
     )
-    return TimingOutcome(record, evidence, after_compile.threads - before_compile.threads,
+    return TimingOutcome(record, timed.evidence, after_compile.threads - before_compile.threads,
                          after_compile.children - before_compile.children, compile_seconds=compiled.seconds)

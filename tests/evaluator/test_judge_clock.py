@@ -17,6 +17,7 @@ import torch
 from agentforge.evaluator.judge.remote import Clock
 from agentforge.evaluator.judge.stage_correctness import build_remote
 from agentforge.evaluator.judge.stage_timing import (
+    TimingRequest,
     busy_threads,
     clock_disagreement,
     ended_threads_us,
@@ -165,8 +166,8 @@ def test_timed_input_contents_never_repeat(tmp_path: Path) -> None:
                        device="cpu", interpret=False, module_name="repeat_test_candidate")
         reference, candidate = build_remote(task, client, "default", 1234, torch.device("cpu"))
         with torch.no_grad():
-            outcome = measure(task, "default", candidate, reference, torch.float64, torch.device("cpu"), config,
-                              (), (), (1e-5, 1e-5), seed=99)
+            outcome = measure(TimingRequest(task, "default", candidate, reference, torch.float64, torch.device("cpu"),
+                                            config, (), (), (1e-5, 1e-5), seed=99))
     finally:
         client.close()
     assert outcome.record.candidate.n == 90

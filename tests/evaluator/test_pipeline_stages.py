@@ -66,3 +66,12 @@ def test_dispatched_compute_is_a_fallback_and_malformed_counts_are_ignored() -> 
 def test_a_check_name_is_registered_once() -> None:
     with pytest.raises(ValueError, match="twice"):
         checks.check("static")(lambda ev: [])
+
+
+def test_the_timing_checks_run_in_order_clocks_before_threads() -> None:
+    from agentforge.evaluator.judge import stage_timing
+
+    names = list(stage_timing.TIMING_CHECKS)
+    assert names == ["timed_outputs", "clocks", "outside_windows", "threads", "device"]
+    with pytest.raises(ValueError, match="twice"):
+        stage_timing.timing_check("clocks")(lambda t: None)

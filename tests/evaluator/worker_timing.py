@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 from agentforge.evaluator.judge.stage_correctness import build_remote
-from agentforge.evaluator.judge.stage_timing import TimingOutcome, measure
+from agentforge.evaluator.judge.stage_timing import TimingOutcome, TimingRequest, measure
 from agentforge.evaluator.result import TimingConfig
 from agentforge.sandbox.worker import launch_worker
 
@@ -30,7 +30,7 @@ def time_in_worker(source: str, tmp_path: Path, config: TimingConfig, module_nam
         assert loaded["has_model"], loaded
         reference, candidate = build_remote(task, client, "default", 1234, device)
         with torch.no_grad():
-            return measure(task, "default", candidate, reference, torch.float64, device, config, (), (),
-                           (1e-5, 1e-5), seed=seed, cpu_threads=1)
+            return measure(TimingRequest(task, "default", candidate, reference, torch.float64, device, config, (), (),
+                                         (1e-5, 1e-5), seed=seed, cpu_threads=1))
     finally:
         client.close()

@@ -11,7 +11,7 @@ import pytest
 import torch
 from agentforge.evaluator import op_observer
 from agentforge.evaluator.judge.stage_correctness import build_remote
-from agentforge.evaluator.judge.stage_timing import measure
+from agentforge.evaluator.judge.stage_timing import TimingRequest, measure
 from agentforge.evaluator.result import TimingConfig
 from agentforge.sandbox.worker import launch_worker
 
@@ -53,8 +53,8 @@ def test_the_judges_baselines_are_timed_without_the_operator_observer(tmp_path: 
         reference.register_forward_pre_hook(lambda module, args: calls.append(len(started)))
         config = TimingConfig(warmup=1, min_reps=5, max_reps=5, time_cap_s=1.0)
         with torch.no_grad():
-            outcome = measure(task, "default", candidate, reference, torch.float64, device, config, ("eager",), (),
-                              (1e-5, 1e-5), seed=5, cpu_threads=1)
+            outcome = measure(TimingRequest(task, "default", candidate, reference, torch.float64, device, config,
+                                            ("eager",), (), (1e-5, 1e-5), seed=5, cpu_threads=1))
     finally:
         client.close()
     assert outcome.record.baselines["eager"].n == 5 and len(calls) >= 6  # eager was timed here, in this process
