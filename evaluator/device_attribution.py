@@ -36,10 +36,13 @@ import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from agentforge.evaluator.result import DeviceAttributionRecord
+
+if TYPE_CHECKING:
+    from agentforge.evaluator.protocol.messages import DeviceProfile
 
 REPS = 5  # extra timed calls under the device profiler
 MAX_REPS = 50
@@ -152,15 +155,15 @@ def kernel_totals(records: Iterable[tuple[str, float]]) -> list[list[Any]]:
     return ranked
 
 
-def serve(worker: Any, request: dict[str, Any]) -> dict[str, Any]:
+def serve(worker: Any, request: DeviceProfile) -> dict[str, Any]:
     """The worker's `device_profile` request: the model called `reps` times on the timing inputs under
     the device profiler. The worker's operator observer is paused for it (one profiler at a time) and
     the profile's own CPU events go to it instead, so these calls are observed like any other."""
     from agentforge.evaluator import op_observer
 
-    model = worker.models[request["key"]]
+    model = worker.models[request.key]
     inputs = worker._arena_inputs(request)
-    reps = max(1, min(int(request.get("reps", REPS)), MAX_REPS))
+    reps = max(1, min(request.reps, MAX_REPS))
     worker._observed()  # what the observer saw so far, attributed
     if worker.observer is not None:
         worker.observer.stop()
@@ -267,12 +270,12 @@ def judge(candidate: Any, buffers: list[Any], task: Any, source: str, cache_root
     """The judge's side: `reps` extra calls of the worker's model (`candidate`, a RemoteModel) on the
     timing inputs `buffers` under the worker's device profiler, attributed with the worker's own
     builds (read here, from the files the judge sees mapped into it) and the candidate's `source`."""
-    from agentforge.evaluator.protocol.messages import WorkerBroken
+    from agentforge.evaluator.protocol.messages import DeviceProfile, WorkerBroken
 
     floor = floor_for(task)
     fields, sent = candidate._arena_inputs(buffers)
     try:
-        reply = candidate.client.request("device_profile", key=candidate.key, reps=reps, **fields)
+        reply = candidate.client.send(DeviceProfile(key=candidate.key, reps=reps, **fields))
     finally:
         for shared in sent:
             with contextlib.suppress(OSError):

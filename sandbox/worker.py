@@ -23,7 +23,8 @@ import sys
 import traceback
 from typing import TYPE_CHECKING, Any
 
-from agentforge.evaluator.protocol import wire
+from agentforge.evaluator.protocol import messages, wire
+from agentforge.evaluator.protocol.messages import Setup
 from agentforge.evaluator.result import from_plain
 from agentforge.sandbox import limits, seccomp
 from agentforge.sandbox.request import Limits
@@ -45,22 +46,22 @@ def _close_other_fds(keep: set[int]) -> None:
                 pass
 
 
-def _harden(setup: dict[str, Any]) -> dict[str, str]:
+def _harden(setup: Setup) -> dict[str, str]:
     """Harden this process before any candidate code; returns what it did, for the judge to check
     (`separation`): a private /tmp and /dev/shm, its own uid, the seccomp guard."""
-    plain = setup.get("limits")
-    tmpfs_bytes = int(plain["file_size_bytes"]) if isinstance(plain, dict) else None
-    keep = tuple(str(setup[k]) for k in ("workdir", "cache_dir") if setup.get(k))
+    plain = setup.limits
+    tmpfs_bytes = int(plain["file_size_bytes"]) if plain is not None else None
+    keep = tuple(folder for folder in (setup.workdir, setup.cache_dir) if folder)
     # The worker imports more later (the evaluator, torch's submodules): its import roots stay in
     # sight, read-only, when they live under /tmp (a checkout or a virtualenv there). Not the
     # current folder `-m` puts on sys.path: it holds no code of ours, and may hold others' files.
     cwd = os.getcwd()
     code = tuple(p for p in {*sys.path, sys.prefix, *_package_folders()} if p and os.path.abspath(p) != cwd)
     report = {"private_tmp": limits.private_tmp(tmpfs_bytes, keep, code)}  # while still privileged
-    os.chdir(setup["workdir"])
+    os.chdir(setup.workdir)
     os.umask(0o077)
-    if setup.get("drop_to_uid") is not None:
-        limits.drop_privileges(int(setup["drop_to_uid"]))
+    if setup.drop_to_uid is not None:
+        limits.drop_privileges(setup.drop_to_uid)
         _dumpable()  # a change of uid clears it: the judge reads this process's map and samples it
     limits.no_new_privileges()
     if plain is not None:
@@ -84,24 +85,24 @@ def _package_folders() -> list[str]:
     return folders
 
 
-def _configure(setup: dict[str, Any]) -> None:
+def _configure(setup: Setup) -> None:
     """Process-wide switches, as the judge sets its own: the same numerics on both sides; the
     judge's one visible GPU, set before this process initialises CUDA."""
-    if setup.get("cuda_visible_devices") is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(setup["cuda_visible_devices"])
+    if setup.cuda_visible_devices is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = setup.cuda_visible_devices
     import torch
     from agentforge.evaluator import build_cache
 
-    if setup.get("cache_dir"):
-        build_cache.set_cache_root(setup["cache_dir"])
-    if setup.get("torch_switches", True):
+    if setup.cache_dir:
+        build_cache.set_cache_root(setup.cache_dir)
+    if setup.torch_switches:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         torch.set_float32_matmul_precision("highest")
         torch.backends.cudnn.deterministic = False  # as the judge: eager's default algorithms
         torch.backends.cudnn.benchmark = False
-    threads = int(setup.get("cpu_threads") or 0)
-    if threads > 0 and not str(setup.get("device", "cpu")).startswith("cuda"):
+    threads = setup.cpu_threads
+    if threads > 0 and not setup.device.startswith("cuda"):
         torch.set_num_threads(threads)
         os.environ["OMP_NUM_THREADS"] = str(threads)
 
@@ -119,13 +120,14 @@ def serve(sock: socket.socket) -> None:
     """The worker's whole life after the fork or spawn; never returns."""
     code = 0
     try:
-        setup = wire.receive(sock)
+        first = wire.receive(sock)
+        setup = Setup.parse(first)  # the judge's own first message: malformed, the worker exits (3)
         hardened = _harden(setup)
         _configure(setup)
         from agentforge.evaluator.worker.candidate_side import Worker, serve_request
 
         worker = Worker()
-        wire.send(sock, {"id": setup.get("id"), "ready": True, "pid": os.getpid(), "separation": hardened})
+        wire.send(sock, {"id": first.get("id"), "ready": True, "pid": os.getpid(), "separation": hardened})
         # After hardening (it creates files, which must be the sandbox user's), while the judge
         # checks the task; the judge's next request waits in the socket meanwhile.
         _warm_observer()
@@ -134,7 +136,7 @@ def serve(sock: socket.socket) -> None:
             if request.get("op") == "shutdown":
                 break
             # The judge checks the seal from outside (/proc), whatever this reply says.
-            reply = seccomp.seal() if request.get("op") == "seal" else serve_request(worker, request)
+            reply = _seal(request) if request.get("op") == "seal" else serve_request(worker, request)
             reply["id"] = request.get("id")
             try:
                 wire.send(sock, reply)
@@ -152,6 +154,15 @@ def serve(sock: socket.socket) -> None:
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+def _seal(raw: dict[str, Any]) -> dict[str, Any]:
+    """The seal request, parsed as every request is (a malformed one is an error reply)."""
+    try:
+        messages.Seal.parse(raw)
+    except messages.ProtocolError as exc:
+        return messages.protocol_error_reply(exc)
+    return seccomp.seal()
 
 
 def fork_worker() -> tuple[int, socket.socket]:

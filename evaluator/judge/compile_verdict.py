@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 from agentforge.evaluator.judge.remote import WorkerBroken, WorkerClient, evidence_items
+from agentforge.evaluator.protocol.messages import BuildReport, Drive
 from agentforge.evaluator.result import CompileRecord, ErrorRecord, Status, from_plain
 
 from agentforge.task import Task, flatten_tensors
@@ -57,14 +58,14 @@ def input_specs(task: Task, shape: str) -> list[Any]:
 
 def judge(client: WorkerClient, task: Task, shape: str, backend: str, arch: str) -> CompileVerdict:
     """Drive the loaded candidate in the worker (fake tensors) and decide the build stage from its builds."""
-    reply = client.request("drive", init=list(task.init_inputs(shape)), inputs=input_specs(task, shape),
-                           arch=arch, backend=backend)
+    reply = client.send(Drive(init=list(task.init_inputs(shape)), inputs=input_specs(task, shape), arch=arch,
+                              backend=backend))
     return read(reply, backend, "under the CUDA lookalike")
 
 
 def judge_emulated(client: WorkerClient, backend: str, arch: str) -> CompileVerdict:
     """The build stage of an emulated run, from the builds its drive (the correctness stage) made."""
-    return read(client.request("build_report", backend=backend, arch=arch), backend, "in the CPU emulation")
+    return read(client.send(BuildReport(backend=backend, arch=arch)), backend, "in the CPU emulation")
 
 
 def read(reply: dict[str, Any], backend: str, how: str) -> CompileVerdict:

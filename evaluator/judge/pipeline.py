@@ -45,7 +45,7 @@ from agentforge.evaluator.judge.stage_correctness import (
     reference_dtype_for,
 )
 from agentforge.evaluator.judge.stage_timing import TimingRequest, measure
-from agentforge.evaluator.protocol.messages import CandidateRaised, WorkerBroken, evidence_items
+from agentforge.evaluator.protocol.messages import CandidateRaised, Finish, Load, WorkerBroken, evidence_items
 from agentforge.evaluator.result import (
     CompileRecord,
     CorrectnessConfig,
@@ -286,11 +286,11 @@ def _emulation(ctx: Context, task: Task, shapes: list[str]) -> tuple[bool, list[
 
 def _load(run: Run, drive_only: bool = False) -> dict[str, Any]:
     job, mode = run.job, run.mode
-    return run.client.request(
-        "load", source=job.candidate_source, backend=job.backend, compile_only=mode == Mode.COMPILE_ONLY,
+    return run.client.send(Load(
+        source=job.candidate_source, backend=job.backend, compile_only=mode == Mode.COMPILE_ONLY,
         arch=job.cuda_arch, device=str(run.ctx.device), interpret=mode == Mode.INTERPRETED,
         emulate=mode == Mode.EMULATED, drive_only=drive_only,
-        module_name=f"agentforge_candidate_{code_hash(job.candidate_source)}")
+        module_name=f"agentforge_candidate_{code_hash(job.candidate_source)}"))
 
 
 def _build_findings(reply: dict[str, Any]) -> list[integrity.StaticFinding]:
@@ -562,7 +562,7 @@ def _load_reply(reply: dict[str, Any], backend: str) -> tuple[CompileRecord, Err
 
 def _final(client: WorkerClient) -> dict[str, Any]:
     """What the worker's process-wide watches saw (its own to spoil, like everything it says)."""
-    reply = client.request("finish")
+    reply = client.send(Finish())
     counts = reply.get("op_counts")
     if not isinstance(counts, dict) or not all(isinstance(k, str) and type(v) is int for k, v in counts.items()):
         raise WorkerBroken("the operator counts are malformed")

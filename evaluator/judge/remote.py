@@ -33,7 +33,7 @@ from agentforge.evaluator.judge.proc_view import (
     uid_of,
     worker_helpers,
 )
-from agentforge.evaluator.protocol import wire
+from agentforge.evaluator.protocol import messages, wire
 from agentforge.evaluator.protocol.arena import Arena
 from agentforge.evaluator.protocol.messages import CandidateRaised, WorkerBroken, error_record, evidence_items
 
@@ -67,7 +67,8 @@ class WorkerClient:
         self.separation: dict[str, Any] = {}  # how the worker is kept apart (`setup`, `seal`), for the provenance
 
     def setup(self, **fields: Any) -> None:
-        reply = self.request("setup", **fields)
+        """Send the first message (`messages.Setup`'s fields) and read the worker's separation."""
+        reply = self.send(messages.Setup(**fields))
         if reply.get("ready") is not True:
             raise WorkerBroken("the worker did not confirm its setup")
         self.mapped_at_setup = mapped_libraries(self.pid)
@@ -82,7 +83,7 @@ class WorkerClient:
         worker's besides it is alive: (rule, evidence) for what is wrong; empty when all holds or
         the guard could not be installed at setup (then the provenance says so)."""
         before = filters_of(self.pid)
-        reply = self.request("seal")
+        reply = self.send(messages.Seal())
         after = filters_of(self.pid)
         self.separation["sealed"] = str(reply.get("sealed", "no answer"))[:300]
         found = [("worker_unsealed", f"a process of the worker's alive when it was sealed: {h}")
@@ -105,7 +106,12 @@ class WorkerClient:
             return []
         return sorted(now - self.mapped_at_setup)
 
+    def send(self, message: messages.Request) -> dict[str, Any]:
+        """One typed request, its reply (checked as `request` checks every reply)."""
+        return self.request(message.op, **message.to_fields())
+
     def request(self, op: str, **fields: Any) -> dict[str, Any]:
+        """The transport under `send`: one request of `op` with these fields, its reply."""
         if self.closed:
             raise WorkerBroken("the worker is gone")
         self._next_id += 1
@@ -115,7 +121,7 @@ class WorkerClient:
         try:
             if wire.pending(self.sock):
                 raise WorkerBroken("the worker sent a message nobody asked for (or closed its channel)")
-            message = {"id": ident, **fields} if op == "setup" else {"id": ident, "op": op, **fields}
+            message = {"id": ident, "op": op, **fields}
             wire.send(self.sock, message)
             reply = wire.receive(self.sock)
         except wire.PeerClosed as exc:
@@ -320,7 +326,7 @@ class RemoteModel:
     @classmethod
     def construct(cls, client: WorkerClient, key: str, init: list[Any], state: dict[str, torch.Tensor],
                   device: torch.device) -> RemoteModel:
-        client.request("construct", key=key, init=list(init), state=dict(state))
+        client.send(messages.Construct(key=key, init=list(init), state=dict(state)))
         return cls(client, key, device)
 
     def watched_call(self, where: str, inputs: list[Any] | None = None, refill: list[Any] | None = None,
@@ -328,8 +334,8 @@ class RemoteModel:
         """Outputs as they were when forward returned, and what the worker's watches saw."""
         landing, sent = self._landing_fields()
         try:
-            reply = self.client.request("call", key=self.key, slot=self.key, inputs=inputs, refill=refill,
-                                        where=where, **landing)
+            reply = self.client.send(messages.Call(key=self.key, slot=self.key, inputs=inputs, refill=refill,
+                                                   where=where, **landing))
         finally:
             _close(sent)
         if "output" not in reply:
@@ -347,8 +353,8 @@ class RemoteModel:
         shapes and dtypes only and makes empty tensors of its own (contents do not matter there)."""
         shapes = [{"__empty__": [list(v.shape), str(v.dtype).removeprefix("torch.")]} if isinstance(v, torch.Tensor)
                   else v for v in inputs]
-        reply = self.client.request("call", key=self.key, slot=f"{self.key}/dry", empty_inputs=shapes, where=where,
-                                    dry=True)
+        reply = self.client.send(messages.Call(key=self.key, slot=f"{self.key}/dry", empty_inputs=shapes,
+                                               where=where, dry=True))
         specs, note = reply.get("specs"), reply.get("note")
         if not isinstance(specs, list) or not all(isinstance(s, dict) for s in specs) or not isinstance(note, str):
             raise WorkerBroken("a dry launch's reply is malformed")
@@ -376,13 +382,13 @@ class RemoteModel:
         outside_from = cpu_ns(self.cpu_clock)
         try:
             if self.flush:
-                self.client.request("flush", **fields)
+                self.client.send(messages.Flush(**fields))
                 fields = {"staged": True}
             cpu_begin = cpu_ns(self.cpu_clock)
             begin = _perf_counter_ns()
             landing, sent_landing = self._landing_fields()
-            reply = self.client.request("time", key=key, want_output=want_output, head_start=self.head_start,
-                                        null_like=self.null_like, **fields, **landing)
+            reply = self.client.send(messages.Time(key=key, want_output=want_output, head_start=self.head_start,
+                                                   null_like=self.null_like, **fields, **landing))
         finally:
             _close(sent + sent_landing)
         if want_output and "output" not in reply:

@@ -1,13 +1,21 @@
-"""The protocol's failures and the evidence pairs a reply may carry, as the judge reads them.
+"""The protocol's messages: the judge's requests as typed messages, its failures, and the evidence
+pairs a reply may carry, as the judge reads them.
 
+Every request is one of the dataclasses below (`Load`, `Call`, `Time`, ...), parsed strictly on the
+worker's side (`parse_request`): a malformed one is a `ProtocolError`, answered as an error reply.
 A reply that breaks the protocol is a `WorkerBroken` (nothing the worker says from then on is
 heard); a reply saying the candidate raised is a `CandidateRaised`, with the worker's error record
 as data."""
 
 from __future__ import annotations
 
-from typing import Any
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, ClassVar, Self
 
+from agentforge.evaluator.protocol.wire import SharedFile
 from agentforge.evaluator.result import ErrorRecord
 
 MAX_EVIDENCE_ITEMS = 200
@@ -51,3 +59,251 @@ def evidence_items(raw: Any) -> list[tuple[str, str]]:
         if isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item):
             items.append((item[0][:64], item[1][:1000]))
     return items
+
+
+# ----- the judge's requests ---------------------------------------------------------------------
+# One frozen dataclass per request op. The judge builds them (`WorkerClient.send`), `to_fields` puts
+# them on the wire, and the worker reads each request back through `parse_request` before any
+# handler sees it: a field missing, unknown or of the wrong type is a `ProtocolError`, answered as
+# an error reply. A field with a default may be left off the wire; tensor payloads are whatever the
+# wire carries (`Any`), their shapes checked where they are used.
+
+
+class ProtocolError(ValueError):
+    """A request that is not one of the protocol's messages: an unknown op, a field missing, unknown
+    or of the wrong type. The worker answers it as an error reply and goes on serving."""
+
+
+ENVELOPE = ("id", "op")  # what every message carries besides its fields
+
+
+@dataclass(frozen=True)
+class Request:
+    op: ClassVar[str] = ""
+
+    def to_fields(self) -> dict[str, Any]:
+        """The fields as they go on the wire (the op and id are the transport's): values as they
+        are, tensors and shared files included, never copied."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def parse(cls, raw: Any) -> Self:
+        """This message from a request as it came off the wire, strictly: the envelope (`id`, `op`)
+        aside, every field it requires present, none it does not know, each of its type."""
+        if not isinstance(raw, dict):
+            raise ProtocolError(f"a '{cls.op}' request must be an object, not {type(raw).__name__}")
+        if raw.get("op", cls.op) != cls.op:
+            raise ProtocolError(f"a '{raw.get('op')}' request is not a '{cls.op}' request")
+        if "id" in raw and type(raw["id"]) is not int:
+            raise ProtocolError(f"'{cls.op}' request: its id must be an int, not {type(raw['id']).__name__}")
+        checks = _checks(cls)
+        unknown = sorted(str(k) for k in raw if k not in checks and k not in ENVELOPE)
+        if unknown:
+            raise ProtocolError(f"'{cls.op}' request: unknown field(s) {', '.join(unknown)}; "
+                                f"it takes {', '.join(checks) or 'none'}")
+        missing = [name for name, (_, _, required) in checks.items() if required and name not in raw]
+        if missing:
+            raise ProtocolError(f"'{cls.op}' request: missing field(s) {', '.join(missing)}")
+        for name, (check, spelled, _) in checks.items():
+            if name in raw and not check(raw[name]):
+                raise ProtocolError(f"'{cls.op}' request: field '{name}' must be {spelled}, "
+                                    f"not {_described(raw[name])}")
+        return cls(**{k: v for k, v in raw.items() if k not in ENVELOPE})
+
+
+@dataclass(frozen=True)
+class Setup(Request):
+    """The first message: how the worker hardens itself and the switches it sets (`sandbox.worker`)."""
+
+    op: ClassVar[str] = "setup"
+    workdir: str
+    cache_dir: str | None = None
+    cpu_threads: int = 0  # 0: torch's own choice
+    device: str = "cpu"
+    torch_switches: bool = True
+    limits: dict[str, Any] | None = None  # `sandbox.request.Limits`, plain
+    drop_to_uid: int | None = None
+    cuda_visible_devices: str | None = None
+
+
+@dataclass(frozen=True)
+class Load(Request):
+    """Build and import the candidate's module."""
+
+    op: ClassVar[str] = "load"
+    source: str
+    backend: str
+    compile_only: bool
+    arch: str
+    device: str
+    module_name: str
+    interpret: bool = False
+    emulate: bool = False
+    drive_only: bool = False
+
+
+@dataclass(frozen=True)
+class Drive(Request):
+    """Compile-only CUDA: construct ModelNew and call it under the CUDA lookalike (`cuda_lookalike`)."""
+
+    op: ClassVar[str] = "drive"
+    init: list[Any]
+    inputs: list[Any]  # values, and {"__empty__": [shape, dtype]} for tensors
+    arch: str
+    backend: str
+
+
+@dataclass(frozen=True)
+class BuildReport(Request):
+    """Emulated CUDA: the compile-only builds the drive made so far."""
+
+    op: ClassVar[str] = "build_report"
+    backend: str
+    arch: str
+
+
+@dataclass(frozen=True)
+class Construct(Request):
+    """ModelNew(*init) under `key`, with the reference's weights where names and shapes match."""
+
+    op: ClassVar[str] = "construct"
+    key: str
+    init: list[Any]
+    state: dict[str, Any]  # the reference's tensors
+
+
+@dataclass(frozen=True)
+class Call(Request):
+    """One watched call (or, `dry`, its host code with launches recorded). Its inputs: new ones, a
+    refill of the slot's buffers, or empty tensors of the shapes given."""
+
+    op: ClassVar[str] = "call"
+    key: str
+    slot: str
+    where: str = ""
+    inputs: list[Any] | None = None
+    refill: list[Any] | None = None
+    empty_inputs: list[Any] | None = None
+    dry: bool = False
+    landing: list[SharedFile] | None = None  # the judge's output arena, when new to the worker
+    landing_slots: list[dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class Flush(Request):
+    """The cache flushed before a timed call; with `args`, the call's inputs staged first."""
+
+    op: ClassVar[str] = "flush"
+    args: list[Any] | None = None  # values, and {"__arena__": i} for the input arena's tensors
+    arena: list[SharedFile] | None = None  # the judge's input arena, when new to the worker
+    arena_slots: list[dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class Time(Request):
+    """One timed call of model `key` (or of the null candidate, `key` "null", outputs `null_like`)."""
+
+    op: ClassVar[str] = "time"
+    key: str
+    want_output: bool = False
+    head_start: bool = False
+    null_like: list[Any] = field(default_factory=list)  # [shape, dtype] per output
+    staged: bool = False  # the inputs the last flush staged, else `args`
+    args: list[Any] | None = None
+    arena: list[SharedFile] | None = None
+    arena_slots: list[dict[str, Any]] | None = None
+    landing: list[SharedFile] | None = None
+    landing_slots: list[dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class DeviceProfile(Request):
+    """`reps` more calls of model `key` on the timing inputs under the device profiler."""
+
+    op: ClassVar[str] = "device_profile"
+    key: str
+    reps: int
+    args: list[Any] | None = None
+    arena: list[SharedFile] | None = None
+    arena_slots: list[dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class Seal(Request):
+    """No new process from now on (the sandbox's seal filter): served by `sandbox.worker` itself."""
+
+    op: ClassVar[str] = "seal"
+
+
+@dataclass(frozen=True)
+class Finish(Request):
+    """What the worker's process-wide watches saw."""
+
+    op: ClassVar[str] = "finish"
+
+
+REQUESTS: dict[str, type[Request]] = {cls.op: cls for cls in (
+    Setup, Load, Drive, BuildReport, Construct, Call, Flush, Time, DeviceProfile, Seal, Finish)}
+
+
+def parse_request(raw: Any) -> Request:
+    """The typed request a raw one stands for (`ProtocolError` when it is none)."""
+    if not isinstance(raw, dict):
+        raise ProtocolError(f"a request must be an object, not {type(raw).__name__}")
+    op = raw.get("op")
+    if not isinstance(op, str) or op not in REQUESTS:
+        raise ProtocolError(f"unknown request op {op!r}; the ops are {', '.join(REQUESTS)}")
+    return REQUESTS[op].parse(raw)
+
+
+def protocol_error_reply(exc: ProtocolError) -> dict[str, Any]:
+    """The error reply to a malformed request: the worker answers it and goes on serving."""
+    return {"raised": {"type": "ProtocolError", "message": str(exc)[:2000], "traceback_tail": ""}}
+
+
+# ----- field checks ------------------------------------------------------------------------------
+_Check = Callable[[Any], bool]
+_CHECKS: dict[type, dict[str, tuple[_Check, str, bool]]] = {}
+
+
+def _checks(cls: type) -> dict[str, tuple[_Check, str, bool]]:
+    """Per field of `cls`: (its type's check, the type as written, whether the wire must carry it)."""
+    found = _CHECKS.get(cls)
+    if found is None:
+        hints = typing.get_type_hints(cls)
+        found = {f.name: (_check(hints[f.name]), str(f.type),
+                          f.default is MISSING and f.default_factory is MISSING) for f in fields(cls)}
+        _CHECKS[cls] = found
+    return found
+
+
+def _check(hint: Any) -> _Check:
+    """A check for one annotation of the kinds the messages use."""
+    if hint is Any:
+        return lambda v: True
+    if hint is type(None):
+        return lambda v: v is None
+    if hint in (str, bool, int):
+        return lambda v: type(v) is hint  # an int is no bool, a bool no int
+    if hint is float:
+        return lambda v: type(v) in (int, float)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = [_check(a) for a in args]
+        return lambda v: any(c(v) for c in options)
+    if origin is list:
+        item = _check(args[0]) if args else _check(Any)
+        if args and args[0] is Any:
+            return lambda v: type(v) is list
+        return lambda v: type(v) is list and all(item(x) for x in v)
+    if origin is dict:
+        value = _check(args[1]) if args else _check(Any)
+        return lambda v: type(v) is dict and all(type(k) is str and value(x) for k, x in v.items())
+    if isinstance(hint, type):
+        return lambda v: isinstance(v, hint)
+    raise TypeError(f"no check for the annotation {hint!r}")
+
+
+def _described(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"

@@ -7,7 +7,8 @@ evidence its in-process watches gathered. All of that is the candidate's own to 
 decides on it as data, checks the outputs by value against a reference it alone holds, and holds
 the worker's clock against its own.
 
-One `Worker` per process; each `handle_*` method serves one request of the protocol.
+One `Worker` per process; each `handle_*` method serves one request of the protocol, typed
+(`protocol.messages`): `serve_request` parses every request strictly before a handler sees it.
 """
 
 from __future__ import annotations
@@ -30,7 +31,19 @@ from agentforge.evaluator.guards import (
     precision_switches,
 )
 from agentforge.evaluator.models import fingerprint, set_mode
+from agentforge.evaluator.protocol import messages
 from agentforge.evaluator.protocol.arena import Arena
+from agentforge.evaluator.protocol.messages import (
+    BuildReport,
+    Call,
+    Construct,
+    DeviceProfile,
+    Drive,
+    Finish,
+    Flush,
+    Load,
+    Time,
+)
 from agentforge.evaluator.protocol.wire import SharedFile
 from agentforge.evaluator.result import to_plain
 from agentforge.evaluator.timing import CacheFlusher, head_start, timing_events
@@ -102,26 +115,26 @@ class Worker:
     l2_found: list[str] = field(default_factory=list)  # persisting-L2 state found before timed calls
 
     # ----- build ------------------------------------------------------------------------------
-    def handle_load(self, request: dict[str, Any]) -> dict[str, Any]:
-        self.device = torch.device(request["device"])
+    def handle_load(self, request: Load) -> dict[str, Any]:
+        self.device = torch.device(request.device)
         _native_calls.install()
         self.observer = op_observer.start()  # from the candidate's import on, every thread
-        self.interpret = bool(request.get("interpret"))
+        self.interpret = request.interpret
         if self.interpret:
             from agentforge.evaluator.worker import triton_interpret
 
             triton_interpret.enable()
         needs_gpu: list[str] = []
-        if request.get("emulate"):  # CUDA without a GPU: every build judged by nvcc, then emulated
+        if request.emulate:  # CUDA without a GPU: every build judged by nvcc, then emulated
             from agentforge.evaluator.cuda_emulation import environment
 
-            environment.activate(str(request["arch"]))
+            environment.activate(request.arch)
             needs_gpu, self.emulated = environment.NEEDS_GPU, True
-            self.drive_only = bool(request.get("drive_only"))
+            self.drive_only = request.drive_only
         self.snapshot = TamperSnapshot.take()
         self.watch = ConcurrencyWatch.start()
-        loaded = load_candidate(request["source"], request["backend"], bool(request["compile_only"]),
-                                request["arch"], module_name=request["module_name"])
+        loaded = load_candidate(request.source, request.backend, request.compile_only, request.arch,
+                                module_name=request.module_name)
         self.model_cls = loaded.model_cls
         findings = integrity.build_findings(native.BUILD_EVENTS)
         self.builds_at_load = len(native.BUILD_EVENTS)
@@ -133,19 +146,19 @@ class Worker:
                 "needs_gpu": list(needs_gpu),
                 "build_findings": [[f.rule, f.evidence] for f in findings]}
 
-    def handle_drive(self, request: dict[str, Any]) -> dict[str, Any]:
+    def handle_drive(self, request: Drive) -> dict[str, Any]:
         """Compile-only CUDA: ModelNew constructed and driven under the CUDA lookalike, so that every
         build it would make on a GPU is made (see `cuda_lookalike`)."""
         from agentforge.evaluator.worker import cuda_lookalike
 
         return cuda_lookalike.report(self.model_cls, request)
 
-    def handle_build_report(self, request: dict[str, Any]) -> dict[str, Any]:
+    def handle_build_report(self, request: BuildReport) -> dict[str, Any]:
         """Emulated CUDA: the compile-only builds the correctness stage's drive made so far."""
         from agentforge.evaluator.worker import cuda_lookalike
 
         progress = {"reached": self.reached, "stopped": self.stopped}
-        return cuda_lookalike.build_report(str(request["backend"]), str(request["arch"]), progress)
+        return cuda_lookalike.build_report(request.backend, request.arch, progress)
 
     @contextlib.contextmanager
     def _drive_step(self, step: str) -> Iterator[None]:
@@ -171,35 +184,35 @@ class Worker:
             raise WorkerFailure(f"the drive ended: {reason}")
 
     # ----- models -----------------------------------------------------------------------------
-    def handle_construct(self, request: dict[str, Any]) -> dict[str, Any]:
+    def handle_construct(self, request: Construct) -> dict[str, Any]:
         """ModelNew(*init) with the reference's weights where names and shapes match."""
         if self.model_cls is None:
             raise WorkerFailure("no ModelNew was loaded")
         with torch.random.fork_rng(devices=[]), self._drive_step("construct"):
             torch.manual_seed(0)  # the weights that matter come from the reference, below
-            model = self.model_cls(*request["init"])
+            model = self.model_cls(*request.init)
         if isinstance(model, torch.nn.Module):
             model = model.to(self.device)
             own = model.state_dict()
-            state = {k: v.to(self.device) for k, v in request["state"].items()}
+            state = {k: v.to(self.device) for k, v in request.state.items()}
             model.load_state_dict({k: v for k, v in state.items() if k in own and own[k].shape == v.shape},
                                   strict=False)
             set_mode(model)
             with self._drive_step("construct"):
                 prepack.prepare(model)  # ModelNew.prepare_weights(): the loaded weights, no input
-        self.models[request["key"]] = model
-        self.weights[request["key"]] = prepack.weight_storages(model)
+        self.models[request.key] = model
+        self.weights[request.key] = prepack.weight_storages(model)
         return {}
 
-    def _inputs(self, request: dict[str, Any]) -> list[Any]:
-        slot = request["slot"]
-        if request.get("empty_inputs") is not None:
-            self.buffers[slot] = [_empty(v, self.device) for v in request["empty_inputs"]]
-        elif request.get("inputs") is not None:
+    def _inputs(self, request: Call) -> list[Any]:
+        slot = request.slot
+        if request.empty_inputs is not None:
+            self.buffers[slot] = [_empty(v, self.device) for v in request.empty_inputs]
+        elif request.inputs is not None:
             self.buffers[slot] = [v.to(self.device) if isinstance(v, torch.Tensor) else v
-                                  for v in request["inputs"]]
-        elif request.get("refill") is not None:
-            for buffer, value in zip(self.buffers[slot], request["refill"], strict=True):
+                                  for v in request.inputs]
+        elif request.refill is not None:
+            for buffer, value in zip(self.buffers[slot], request.refill, strict=True):
                 if isinstance(buffer, torch.Tensor):
                     buffer.copy_(value)
         return self.buffers[slot]
@@ -220,20 +233,20 @@ class Worker:
                                             "(work outside the call: a thread, a side stream)"]]
         return []
 
-    def handle_call(self, request: dict[str, Any]) -> dict[str, Any]:
+    def handle_call(self, request: Call) -> dict[str, Any]:
         late = self._late_writes()
         self._take_landing(request)
-        model = self.models[request["key"]]
+        model = self.models[request.key]
         inputs = self._inputs(request)
-        where = str(request.get("where", ""))
-        if request.get("dry"):
+        where = request.where
+        if request.dry:
             return self._dry_call(model, inputs, where)
         evidence: list[list[str]] = late
         before = fingerprint(inputs)
         device_state.poison_free_memory(self.device)
         watch = ConcurrencyWatch.start()
         switches = precision_switches()
-        self.recorder.watch(self.weights.get(request["key"], prepack.Spans(())), inputs)
+        self.recorder.watch(self.weights.get(request.key, prepack.Spans(())), inputs)
         with self._drive_step("forward"), torch.no_grad(), record_function(op_observer.WINDOW), self.recorder:
             out = model(*inputs)
         evidence += prepack.evidence(self.recorder.on_weights, where)
@@ -273,20 +286,20 @@ class Worker:
         return {"specs": dry.specs, "note": ""}
 
     # ----- one timed call ---------------------------------------------------------------------
-    def handle_time(self, request: dict[str, Any]) -> dict[str, Any]:
+    def handle_time(self, request: Time) -> dict[str, Any]:
         """One call timed as the judge times its baselines (events on CUDA, the monotonic clock on
         the CPU, the cache flushed first). The judge also clocks the whole round trip."""
-        model = self.models[request["key"]] if request["key"] != "null" else None
+        model = self.models[request.key] if request.key != "null" else None
         self._take_landing(request)
-        inputs, self.staged = (self.staged, None) if request.get("staged") else (self._arena_inputs(request), None)
+        inputs, self.staged = (self.staged, None) if request.staged else (self._arena_inputs(request), None)
         if inputs is None:
             raise WorkerFailure("a timed call asked for staged inputs, and none were staged")
-        fn = model if model is not None else self._null(request.get("null_like") or [])
+        fn = model if model is not None else self._null(request.null_like)
         window = op_observer.WINDOW if model is not None else op_observer.HARNESS_WINDOW
         with torch.no_grad(), record_function(window):
             if self.device.type == "cuda":
                 start, end, closed = timing_events()
-                if request.get("head_start"):
+                if request.head_start:
                     head_start()
                 start.record()
                 out = fn(*inputs)
@@ -303,7 +316,7 @@ class Worker:
         # Every timed call is held to a checked call's rules, after its window. The null call does
         # the same checks, so that their cost is in both round trips the judge's clocks subtract.
         reply["timed_rules"] = self._timed_rules(inputs, out)
-        if request.get("want_output"):
+        if request.want_output:
             reply["output"] = self._outputs(out)
         return reply
 
@@ -325,39 +338,41 @@ class Worker:
                     break
         return found
 
-    def handle_device_profile(self, request: dict[str, Any]) -> dict[str, Any]:
+    def handle_device_profile(self, request: DeviceProfile) -> dict[str, Any]:
         """A few more calls on the timing inputs under the device profiler (CUDA): `device_attribution`."""
         from agentforge.evaluator import device_attribution
 
         return device_attribution.serve(self, request)
 
-    def _arena_inputs(self, request: dict[str, Any]) -> list[Any]:
+    def _arena_inputs(self, request: Flush | Time | DeviceProfile) -> list[Any]:
         """The timing inputs: the judge's arena copied into this worker's own buffers (on the device),
         outside the timed window."""
-        if request.get("arena") is not None:
+        if request.arena is not None:
             if self.in_arena is not None:
                 self.in_arena.close()
-            self.in_arena = Arena.attach(request["arena"], request["arena_slots"], writable=False)
-            _close(request["arena"])
+            self.in_arena = Arena.attach(request.arena, request.arena_slots, writable=False)
+            _close(request.arena)
             self.device_inputs = [t.to(self.device).clone() for t in self.in_arena.tensors]
         if self.in_arena is None:
             raise WorkerFailure("no input arena")
         if not self.in_arena.read_into(self.device_inputs):  # a buffer the candidate reshaped: anew
             self.device_inputs = [t.to(self.device).clone() for t in self.in_arena.read()]
+        if request.args is None:
+            raise WorkerFailure("a timed call sent no inputs")
         args = []
-        for a in request["args"]:
+        for a in request.args:
             if isinstance(a, dict) and set(a) == {"__arena__"}:
                 args.append(self.device_inputs[a["__arena__"]])
             else:
                 args.append(a)
         return args
 
-    def _take_landing(self, request: dict[str, Any]) -> None:
-        if request.get("landing") is not None:
+    def _take_landing(self, request: Call | Time) -> None:
+        if request.landing is not None:
             if self.landing is not None:
                 self.landing.close()
-            self.landing = Arena.attach(request["landing"], request["landing_slots"], writable=True)
-            _close(request["landing"])
+            self.landing = Arena.attach(request.landing, request.landing_slots, writable=True)
+            _close(request.landing)
 
     def _outputs(self, out: Any) -> Any:
         """The outputs for the judge: into its landing arena when they fit it, else as they are."""
@@ -385,12 +400,12 @@ class Worker:
         outputs = self._null_outputs
         return lambda *inputs: outputs[0] if len(outputs) == 1 else tuple(outputs)
 
-    def handle_flush(self, request: dict[str, Any]) -> dict[str, Any]:
+    def handle_flush(self, request: Flush) -> dict[str, Any]:
         """The last-level cache flushed before a timed call (a request of its own, so that the
         judge's clock of the call does not include it). With the call's inputs (`args`), they are
         copied into this worker's buffers first, so that the flush evicts them as it evicts the
         baselines' (the timed call then asks for them as `staged`)."""
-        self.staged = self._arena_inputs(request) if request.get("args") is not None else None
+        self.staged = self._arena_inputs(request) if request.args is not None else None
         if self.device.type == "cuda":  # lines pinned as persisting would survive the flush
             l2 = device_state.take_l2_persistence(torch.cuda.current_stream().cuda_stream)
             if l2 and len(self.l2_found) < 3:
@@ -415,7 +430,7 @@ class Worker:
             self.observer = op_observer.start()
         return self.observed
 
-    def handle_finish(self, request: dict[str, Any]) -> dict[str, Any]:
+    def handle_finish(self, request: Finish) -> dict[str, Any]:
         evidence: list[list[str]] = self._late_writes()
         # Builds made after load (at the first call, say) are the candidate's like any other: their
         # flags and sources as the compiler got them face the same rules as the builds at load.
@@ -515,11 +530,16 @@ def _close(files: Any) -> None:
                 os.close(f.fd)
 
 
-def serve_request(worker: Worker, request: dict[str, Any]) -> dict[str, Any]:
-    """One request -> one reply body; a failure of the candidate is an error reply, not an exit."""
-    handler = getattr(worker, f"handle_{request.get('op')}", None)
-    if handler is None:
-        return {"raised": {"type": "UnknownRequest", "message": f"no such request {request.get('op')!r}"}}
+def serve_request(worker: Worker, raw: dict[str, Any]) -> dict[str, Any]:
+    """One request -> one reply body; a malformed request (`messages.ProtocolError`) and a failure of
+    the candidate are error replies, not an exit."""
+    try:
+        request = messages.parse_request(raw)
+    except messages.ProtocolError as exc:
+        return messages.protocol_error_reply(exc)
+    handler = getattr(worker, f"handle_{request.op}", None)
+    if handler is None:  # setup and seal: served by the worker's process itself (`sandbox.worker`)
+        return {"raised": {"type": "UnknownRequest", "message": f"no such request {request.op!r} here"}}
     try:
         return handler(request)
     except BaseException as exc:  # the candidate's failure (SystemExit included) is data for the judge

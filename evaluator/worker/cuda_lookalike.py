@@ -46,6 +46,7 @@ from typing import Any
 import torch
 from agentforge.evaluator import native, prepack
 from agentforge.evaluator.native import BUILD_EVENTS, BuildError, BuildEvent, _as_list
+from agentforge.evaluator.protocol.messages import Drive
 from agentforge.evaluator.result import ErrorRecord, to_plain
 from agentforge.evaluator.worker import api_drift, compile_only
 
@@ -481,12 +482,11 @@ def build_failure(events: list[BuildEvent]) -> ErrorRecord | None:
                        traceback_tail=keep_first_error(failed.log))
 
 
-def report(model_cls: type | None, request: dict[str, Any]) -> dict[str, Any]:
+def report(model_cls: type | None, request: Drive) -> dict[str, Any]:
     """The worker's answer to the judge's `drive` request: the drive, then every build of the
     candidate's (module body included) as one compile record."""
-    arch = str(request["arch"])
-    progress = drive(model_cls, list(request.get("init") or []), list(request.get("inputs") or []), arch)
-    return build_report(str(request["backend"]), arch, progress, LAUNCHES[:50])
+    progress = drive(model_cls, list(request.init), list(request.inputs), request.arch)
+    return build_report(request.backend, request.arch, progress, LAUNCHES[:50])
 
 
 def build_report(backend: str, arch: str, progress: dict[str, str], launches: list[str] | None = None,

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from agentforge.evaluator.protocol.messages import Setup
 from agentforge.evaluator.result import EvalJob, Status
 from agentforge.sandbox import run, worker
 from agentforge.sandbox.pool import assign_devices, child_device
@@ -56,7 +57,7 @@ def test_the_real_child_sees_one_gpu_and_runs_on_cuda_0(tmp_path: Path, monkeypa
 
 def test_the_worker_takes_the_judges_visible_gpu_before_cuda_starts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
-    worker._configure({"cuda_visible_devices": "2", "torch_switches": False, "device": "cuda:0"})
+    worker._configure(Setup(workdir=os.getcwd(), cuda_visible_devices="2", torch_switches=False, device="cuda:0"))
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "2"
 
 
