@@ -45,7 +45,15 @@ from agentforge.evaluator.judge.stage_correctness import (
     reference_dtype_for,
 )
 from agentforge.evaluator.judge.stage_timing import TimingRequest, measure
-from agentforge.evaluator.protocol.messages import CandidateRaised, Finish, Load, WorkerBroken, evidence_items
+from agentforge.evaluator.protocol.messages import (
+    CandidateRaised,
+    Finish,
+    FinishReply,
+    Load,
+    LoadReply,
+    WorkerBroken,
+    evidence_items,
+)
 from agentforge.evaluator.result import (
     CompileRecord,
     CorrectnessConfig,
@@ -57,7 +65,6 @@ from agentforge.evaluator.result import (
     Stage,
     Status,
     TimingConfig,
-    from_plain,
     to_plain,
 )
 
@@ -550,27 +557,15 @@ def _correctness_settings(task: Task, job: EvalJob, config: CorrectnessConfig) -
 
 def _load_reply(reply: dict[str, Any], backend: str) -> tuple[CompileRecord, ErrorRecord | None]:
     """The worker's build report, read as data: a malformed one is the worker's failure."""
-    try:
-        record = from_plain(CompileRecord, reply["compile"])
-        error = from_plain(ErrorRecord, reply["error"]) if reply.get("error") is not None else None
-    except (KeyError, TypeError, ValueError) as exc:
-        raise WorkerBroken(f"the build report is malformed: {exc}") from exc
-    if record.backend != backend:
-        raise WorkerBroken("the build report names another backend")
-    return record, error
+    loaded = LoadReply.parse(reply, backend)
+    return loaded.compile, loaded.error
 
 
 def _final(client: WorkerClient) -> dict[str, Any]:
     """What the worker's process-wide watches saw (its own to spoil, like everything it says)."""
     reply = client.send(Finish())
-    counts = reply.get("op_counts")
-    if not isinstance(counts, dict) or not all(isinstance(k, str) and type(v) is int for k, v in counts.items()):
-        raise WorkerBroken("the operator counts are malformed")
-    reply["evidence"] = evidence_items(reply.get("evidence", []))
+    reply["evidence"] = FinishReply.parse(reply).evidence  # checked: counts, evidence, launches
     reply["mapped_since_setup"] = client.libraries_since_setup()  # the judge's own reading, not the worker's
-    for key in ("launch_specs", "launch_problems"):
-        if not isinstance(reply.get(key), list):
-            raise WorkerBroken(f"{key} is malformed")
     return reply
 
 

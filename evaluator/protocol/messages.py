@@ -16,7 +16,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, Self
 
 from agentforge.evaluator.protocol.wire import SharedFile
-from agentforge.evaluator.result import ErrorRecord
+from agentforge.evaluator.result import CompileRecord, ErrorRecord, from_plain
 
 MAX_EVIDENCE_ITEMS = 200
 
@@ -307,3 +307,49 @@ def _check(hint: Any) -> _Check:
 def _described(value: Any) -> str:
     text = repr(value)
     return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
+
+
+# ----- the worker's replies, as the judge reads them ---------------------------------------------
+# Hostile data: a reply that is not what its request calls for is a `WorkerBroken`.
+
+
+@dataclass(frozen=True)
+class LoadReply:
+    """The build report of a `load` (the fields the judge decides on; the rest it reads as it needs)."""
+
+    compile: CompileRecord
+    error: ErrorRecord | None
+
+    @classmethod
+    def parse(cls, raw: dict[str, Any], backend: str) -> LoadReply:
+        try:
+            record = from_plain(CompileRecord, raw["compile"])
+            error = from_plain(ErrorRecord, raw["error"]) if raw.get("error") is not None else None
+        except (KeyError, TypeError, ValueError) as exc:
+            raise WorkerBroken(f"the build report is malformed: {exc}") from exc
+        if record.backend != backend:
+            raise WorkerBroken("the build report names another backend")
+        return cls(record, error)
+
+
+@dataclass(frozen=True)
+class FinishReply:
+    """What the worker's process-wide watches saw (`finish`): the fields every reply must carry in
+    shape; the others (observed operators, opened libraries) are read by the checks that use them."""
+
+    op_counts: dict[str, int]
+    evidence: list[tuple[str, str]]
+    launch_specs: list[Any]
+    launch_problems: list[Any]
+
+    @classmethod
+    def parse(cls, raw: dict[str, Any]) -> FinishReply:
+        counts = raw.get("op_counts")
+        if not isinstance(counts, dict) or not all(isinstance(k, str) and type(v) is int for k, v in counts.items()):
+            raise WorkerBroken("the operator counts are malformed")
+        evidence = evidence_items(raw.get("evidence", []))
+        launches = {key: raw.get(key) for key in ("launch_specs", "launch_problems")}
+        for key, value in launches.items():
+            if not isinstance(value, list):
+                raise WorkerBroken(f"{key} is malformed")
+        return cls(counts, evidence, launches["launch_specs"], launches["launch_problems"])

@@ -180,3 +180,30 @@ def test_a_worker_answers_a_malformed_request_and_stays_usable(tmp_path: Path) -
     finally:
         client.close()
     assert client.reaped or client.closed
+
+
+def test_a_build_report_is_read_typed_and_a_malformed_one_breaks_the_worker() -> None:
+    from agentforge.evaluator.result import CompileRecord, to_plain
+
+    plain = to_plain(CompileRecord(ok=True, backend="cpu"))
+    loaded = messages.LoadReply.parse({"compile": plain, "error": None, "has_model": True}, "cpu")
+    assert loaded.compile.backend == "cpu" and loaded.error is None
+    with pytest.raises(messages.WorkerBroken, match="the build report names another backend"):
+        messages.LoadReply.parse({"compile": plain}, "cuda")
+    with pytest.raises(messages.WorkerBroken, match="the build report is malformed"):
+        messages.LoadReply.parse({"error": None}, "cpu")
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    ({"op_counts": {"aten::relu": 1.5}}, "the operator counts are malformed"),
+    ({"evidence": "all fine"}, "evidence is not a list"),
+    ({"launch_problems": None}, "launch_problems is malformed"),
+])
+def test_a_finish_reply_is_read_typed_and_a_malformed_one_breaks_the_worker(change: dict[str, Any],
+                                                                             said: str) -> None:
+    raw = {"op_counts": {"aten::relu": 2}, "evidence": [["monkey_patch", "x"], ["bad"]], "launch_specs": [],
+           "launch_problems": [], "opened": []}
+    final = messages.FinishReply.parse(raw)
+    assert (final.op_counts, final.evidence) == ({"aten::relu": 2}, [("monkey_patch", "x")])
+    with pytest.raises(messages.WorkerBroken, match=said):
+        messages.FinishReply.parse({**raw, **change})
