@@ -265,17 +265,17 @@ class Clock:
         return [w - nulls[n] for w, n in pairs]
 
     def noise_us(self) -> float:
-        return _spread(self.null_wall_us)
+        return spread(self.null_wall_us)
 
     def cpu_noise_us(self) -> float:
-        return _spread(self.null_cpu_us)
+        return spread(self.null_cpu_us)
 
 
 def _or_nan(value: float | None) -> float:
     return math.nan if value is None else value
 
 
-def _spread(values: list[float]) -> float:
+def spread(values: list[float]) -> float:
     """The median absolute deviation (0 below three values)."""
     if len(values) < 3:
         return 0.0

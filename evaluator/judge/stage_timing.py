@@ -16,7 +16,7 @@ from agentforge.evaluator.guards import ConcurrencyWatch
 from agentforge.evaluator.judge import baseline_cache
 from agentforge.evaluator.judge.compare import compare, reference_output_dtypes
 from agentforge.evaluator.judge.proc_view import cpu_ns, thread_cpu_us
-from agentforge.evaluator.judge.remote import Clock, RemoteModel
+from agentforge.evaluator.judge.remote import Clock, RemoteModel, spread
 from agentforge.evaluator.models import upcast
 from agentforge.evaluator.result import TimingConfig, TimingRecord
 
@@ -164,7 +164,7 @@ def outside_disagreement(clock: Clock, calls: int) -> tuple[list[tuple[str, str]
     before_cold, before_null = _trimmed_mean(cold), _trimmed_mean(null)
     # The judge's own cost of the same work, where it was measured (not above REPLICA_MAX_BYTES of input)
     reference = _trimmed_mean(judge) if len(judge) >= OUTSIDE_MIN_READINGS else None
-    noise = max(_mad(cold), _mad(null), _mad(warm) if len(warm) >= 3 else 0.0) * 1.4826  # a standard deviation
+    noise = max(spread(cold), spread(null), spread(warm)) * 1.4826  # a standard deviation
     slack = OUTSIDE_SLACK_US + 3 * noise * (1 / len(cold) + 1 / len(null)) ** 0.5
     staged = cold + null  # every window that staged new inputs: where work on them can first be done
     bound = (OUTSIDE_RATIO * reference + OUTSIDE_FLOOR_US + 3 * noise / len(staged) ** 0.5
@@ -204,11 +204,6 @@ def _trimmed_mean(values: list[float]) -> float:
     cut = int(len(ordered) * OUTSIDE_TRIM)
     kept = ordered[cut:len(ordered) - cut] or ordered
     return sum(kept) / len(kept)
-
-
-def _mad(values: list[float]) -> float:
-    centre = statistics.median(values)
-    return statistics.median(abs(v - centre) for v in values)
 
 
 def busy_threads(before: dict[int, float], after: dict[int, float], main: int, calls_us: float,
