@@ -73,7 +73,7 @@ def evaluate(request: ChildRequest, worker: Any = None) -> EvalResult:
         entry = load_entry(request.entry)
         takes_worker = "worker" in inspect.signature(entry).parameters
         with numeric_switches(request.torch_switches):
-            result = entry(job, worker=_set_up(worker, request)) if takes_worker else entry(job)
+            result = entry(job, worker=_worker_for(worker, request)) if takes_worker else entry(job)
         if not isinstance(result, EvalResult):
             raise TypeError(f"entry {request.entry} returned {type(result).__name__}, not EvalResult")
         if takes_worker:
@@ -130,6 +130,16 @@ def _one_visible_gpu(request: ChildRequest) -> ChildRequest:
         return request
     os.environ["CUDA_VISIBLE_DEVICES"] = visible
     return dataclasses.replace(request, job=dataclasses.replace(request.job, device=device))
+
+
+def _worker_for(worker: Any, request: ChildRequest) -> Any:
+    """The pre-forked worker, hardened; where none could be forked, the launcher that starts one
+    for the job (`sandbox.worker.launch_worker`, a fresh interpreter)."""
+    if worker is None:
+        from agentforge.sandbox.worker import launch_worker
+
+        return launch_worker
+    return _set_up(worker, request)
 
 
 def _set_up(worker: Any, request: ChildRequest) -> Any:
