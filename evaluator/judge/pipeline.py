@@ -303,8 +303,11 @@ def _load(run: Run, drive_only: bool = False) -> dict[str, Any]:
 def _build_findings(reply: dict[str, Any]) -> list[integrity.StaticFinding]:
     """What was actually built (flags and sources as the compiler got them, assembled at run time or
     not), from the worker's build report: static evidence like the source's own."""
-    found = evidence_items(reply.get("build_findings", []))
-    return [integrity.StaticFinding(rule, evidence) for rule, evidence in found]
+    return _findings(evidence_items(reply.get("build_findings", [])))
+
+
+def _findings(pairs: list[tuple[str, str]]) -> list[integrity.StaticFinding]:
+    return [integrity.StaticFinding(rule, evidence) for rule, evidence in pairs]
 
 
 # ----- the stages ------------------------------------------------------------------------------
@@ -329,7 +332,7 @@ def _compile_only_verdict(run: Run) -> EvalResult:
     if job.backend == "cuda" and error is None and run.loaded.get("has_model") is True:
         verdict = compile_verdict.judge(run.client, run.task, run.shapes[0], job.backend, job.cuda_arch)
         ctx.compile, status, error = verdict.compile, verdict.status, verdict.error
-        run.static += [integrity.StaticFinding(rule, evidence) for rule, evidence in verdict.build_findings]
+        run.static += _findings(verdict.build_findings)
     _collect_flags(ctx, run.static, CorrectnessOutcome(), run.task, _final(run.client))
     if status != Status.OK:
         return _finish(ctx, status, error=error)
@@ -453,7 +456,7 @@ def _emulated_build(run: Run) -> EvalResult | None:
     ctx, job = run.ctx, run.job
     verdict = compile_verdict.judge_emulated(run.client, job.backend, job.cuda_arch)
     ctx.compile = verdict.compile
-    run.static += [integrity.StaticFinding(rule, evidence) for rule, evidence in verdict.build_findings]
+    run.static += _findings(verdict.build_findings)
     run.final = _final(run.client)
     not_run = cuda_emulated.failed_builds(run.final)
     if run.load_error is not None or verdict.status != Status.OK or not_run:

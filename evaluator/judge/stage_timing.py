@@ -7,6 +7,7 @@ import math
 import random
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -350,20 +351,6 @@ def cand_samples(run: timing.TimingRun) -> list[float]:
     return run.subjects["candidate"].samples_us
 
 
-def _load_notes(device: torch.device) -> list[str]:
-    """CPU timings on an oversubscribed machine measure the scheduler, not the kernels: say so.
-    (PyTorch's intra-op thread pool suffers most: a 70 us op can take 25 ms to wake its threads.)"""
-    if device.type != "cpu":
-        return []
-    import os
-
-    load = os.getloadavg()[0]
-    cores = os.cpu_count() or 1
-    if load <= cores:
-        return []
-    return [f"machine loaded: load average {load:.1f} on {cores} cores; CPU timings and their ratios are unreliable"]
-
-
 @dataclass(frozen=True)
 class TimingRequest:
     """What the timing stage times, and how. `cpu_threads`: the threads the candidate may use on the
@@ -418,11 +405,11 @@ class TimedRun:
         return self.run.subjects["candidate"]
 
 
-TimingCheck = Any  # Callable[[TimedRun], None]: adds its evidence and notes to the TimedRun
+TimingCheck = Callable[[TimedRun], None]  # adds its evidence and notes to the TimedRun
 TIMING_CHECKS: dict[str, TimingCheck] = {}
 
 
-def timing_check(name: str) -> Any:
+def timing_check(name: str) -> Callable[[TimingCheck], TimingCheck]:
     """Register a check over the timed loop, run in registration order (a check may replace the
     candidate's samples, e.g. by the judge's clock, for the checks and the summary after it)."""
 
