@@ -147,10 +147,11 @@ def _set_up(worker: Any, request: ChildRequest) -> Any:
     if worker is None:
         return None
     job = request.job
-    worker.setup(workdir=request.workdir, limits=to_plain(request.limits), drop_to_uid=request.drop_to_uid,
-                 cache_dir=job.cache_dir, cpu_threads=job.cpu_threads, device=job.device,
-                 torch_switches=request.torch_switches,
-                 cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
+    fields = dict(workdir=request.workdir, limits=to_plain(request.limits), drop_to_uid=request.drop_to_uid,
+                  cache_dir=job.cache_dir, cpu_threads=job.cpu_threads, device=job.device,
+                  torch_switches=request.torch_switches, cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
+    worker.setup(**fields)
+    _set_up_control(worker, request, fields)
     if getattr(worker, "sampler", None) is not None:
         from agentforge.evaluator import build_cache
 
@@ -167,6 +168,22 @@ def _set_up(worker: Any, request: ChildRequest) -> Any:
     return worker
 
 
+def _set_up_control(worker: Any, request: ChildRequest, fields: dict[str, Any]) -> None:
+    """The control worker (`judge.control`), set up as the candidate's where the job is timed on a
+    CPU (where its null round trips bound the candidate's outside windows); shut down elsewhere."""
+    control = getattr(worker, "control", None)
+    if control is None:
+        return
+    job = request.job
+    if not (job.measure.timing and not str(job.device).startswith("cuda")):
+        worker.drop_control()
+        return
+    try:
+        control.setup(**fields)
+    except Exception:
+        worker.drop_control()
+
+
 def _start_worker(interpret: bool) -> Any:
     """The candidate worker, forked now: this process has imported torch but read nothing secret
     (the request is still in its pipe) and initialised no CUDA. None when it cannot start."""
@@ -174,6 +191,7 @@ def _start_worker(interpret: bool) -> Any:
         os.environ[triton_interpret.ENV] = "1"  # before anything imports triton, in both processes
     try:
         import agentforge.evaluator.worker.candidate_side  # noqa: F401 - warm: imported once, before the fork
+        _import_observer_modules()
         from agentforge.evaluator.judge.remote import WorkerClient
         from agentforge.sandbox.worker import fork_worker, seccomp_names
 
@@ -182,7 +200,23 @@ def _start_worker(interpret: bool) -> Any:
         return None
     client = WorkerClient(sock, pid, filters=seccomp_names())
     client.sampler = _open_sampler(pid)
+    if not interpret:  # the control worker: forked as the candidate's, never given its code
+        with contextlib.suppress(Exception):
+            control_pid, control_sock = fork_worker()
+            client.control = WorkerClient(control_sock, control_pid, filters=seccomp_names())
     return client
+
+
+def _import_observer_modules() -> None:
+    """What the operator observer's first start imports (torch's profiler asks for `torch._inductor`:
+    about 2 s on two cores), imported once here before the fork instead of in each of the three
+    processes that start one (the judge, the candidate worker, the control worker). Only with a CPU
+    build of torch, as `_warm_imports`."""
+    import torch
+
+    if torch.version.cuda is None and torch.version.hip is None:
+        with contextlib.suppress(Exception):
+            importlib.import_module("torch._inductor")
 
 
 INDUCTOR_MODULES = ("torch._inductor.compile_fx", "torch._inductor.codecache")

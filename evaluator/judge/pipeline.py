@@ -34,6 +34,7 @@ from agentforge.evaluator.judge import (
     stage_budget,
     task_check,
 )
+from agentforge.evaluator.judge.control import load_control
 from agentforge.evaluator.judge.remote import WorkerClient, refused_syscall_evidence
 from agentforge.evaluator.judge.stage_correctness import (
     CorrectnessOutcome,
@@ -396,6 +397,7 @@ def _timing(run: Run) -> EvalResult | None:
     _enter(ctx, Stage.TIMING, correctness=outcome.records)
     timing_shape = job.timing_shape if job.timing_shape in run.shapes else run.shapes[0]
     reference, candidate = outcome.models[timing_shape]
+    control = load_control(run.client, ctx.device, job.backend) if ctx.device.type == "cpu" else None
     ctx.flags += [integrity.flag(rule, evidence) for rule, evidence in run.client.seal()]
     timing_started = _perf_counter()
     try:
@@ -406,7 +408,8 @@ def _timing(run: Run) -> EvalResult | None:
                 baselines=job.measure.baselines, compile_modes=_compile_modes(job, ctx.device),
                 tolerance=outcome.timing_tolerance.get(timing_shape, (settings.atol, settings.rtol)),
                 seed=settings.base_seed + 99991, outputs_like=outcome.expected.get(timing_shape),
-                candidate_source=job.candidate_source, compile_wait_s=_compile_wait_s(ctx)))
+                candidate_source=job.candidate_source, compile_wait_s=_compile_wait_s(ctx),
+                control=control if run.client.control is not None else None))
     except CandidateRaised as exc:  # on the timing's fresh inputs: the verdict keeps what correctness found
         _collect_flags(ctx, [], CorrectnessOutcome(), run.task, _final(run.client))
         return _finish(ctx, Status.RUNTIME_ERROR, correctness=outcome.records, error=exc.record)

@@ -105,7 +105,8 @@ def processes_below(judge: int) -> set[tuple[int, str]]:
     return {(pid, table[pid][3]) for pid in _below(judge, table)}
 
 
-def worker_helpers(judge: int, worker: int, older: Collection[tuple[int, str]] = ()) -> list[str]:
+def worker_helpers(judge: int, worker: int, older: Collection[tuple[int, str]] = (),
+                   others: Collection[int] = ()) -> list[str]:
     """Live processes (not zombies) the worker started and left running, orphans included.
 
     Where the worker has a mount namespace of its own (`limits.private_tmp`), they are the other
@@ -113,13 +114,15 @@ def worker_helpers(judge: int, worker: int, older: Collection[tuple[int, str]] =
     (no unshare, setns or clone into a new one), and nothing the judge's own process starts (a
     caller's builds, another evaluation's worker) enters it. Otherwise they are the processes below
     the judge other than the worker and those in `older` (pid and start time: alive below the judge
-    before the worker was; the judge is their subreaper, `child.main`)."""
+    before the worker was; the judge is their subreaper, `child.main`). `others`: the judge's own
+    workers beside it (the control worker), never the worker's."""
     table = _process_table()
     home = _mount_namespace(worker)
-    newer = {pid for pid in _below(judge, table) if pid != worker and (pid, table[pid][3]) not in older}
+    newer = {pid for pid in _below(judge, table)
+             if pid != worker and pid not in others and (pid, table[pid][3]) not in older}
     if home is not None and home != _mount_namespace(os.getpid()):
         # a process below the judge whose namespace cannot be read counts as the worker's, as before
-        pids = sorted(pid for pid in table if pid != worker and (
+        pids = sorted(pid for pid in table if pid != worker and pid not in others and (
             (space := _mount_namespace(pid)) == home or (space is None and pid in newer)))
     else:
         pids = sorted(newer)

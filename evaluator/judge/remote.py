@@ -65,6 +65,9 @@ class WorkerClient:
         self.landing_owner: object | None = None  # the RemoteModel whose landing arena the worker holds (one at a time)
         self.sampler: Any = None  # the judge's native sampler of this worker (`native_sampler`), told of each request
         self.separation: dict[str, Any] = {}  # how the worker is kept apart (`setup`, `seal`), for the provenance
+        # The control worker (`judge.control`): started and set up as this one, never given candidate
+        # code; its null round trips measure what the harness costs outside the timed windows now.
+        self.control: WorkerClient | None = None
 
     def setup(self, **fields: Any) -> None:
         """Send the first message (`messages.Setup`'s fields) and read the worker's separation."""
@@ -86,8 +89,10 @@ class WorkerClient:
         reply = self.send(messages.Seal())
         after = filters_of(self.pid)
         self.separation["sealed"] = str(reply.get("sealed", "no answer"))[:300]
+        self._seal_control()
+        others = {self.control.pid} if self.control is not None else set()
         found = [("worker_unsealed", f"a process of the worker's alive when it was sealed: {h}")
-                 for h in worker_helpers(os.getpid(), self.pid, self.older)]
+                 for h in worker_helpers(os.getpid(), self.pid, self.older, others)]
         if self.separation.get("guard_seen") is not True:
             return found
         counted = all(t.filters >= 0 for t in after.values())
@@ -97,6 +102,21 @@ class WorkerClient:
             found.append(("worker_unsealed", f"the seal filter is missing: the worker answered "
                                              f"{self.separation['sealed']!r}, /proc shows {filters_text(after)}"))
         return found
+
+    def _seal_control(self) -> None:
+        """The control worker sealed as this one is (its filters cost what the worker's do); one that
+        does not answer is dropped (the judge's own replica bounds the outside windows then)."""
+        if self.control is None:
+            return
+        try:
+            self.control.send(messages.Seal())
+        except (WorkerBroken, CandidateRaised):
+            self.drop_control()
+
+    def drop_control(self) -> None:
+        if self.control is not None:
+            self.control.close()
+            self.control = None
 
     def libraries_since_setup(self) -> list[str]:
         """Shared objects mapped into the worker since its setup (before any candidate code), read by
@@ -166,7 +186,8 @@ class WorkerClient:
         self.close()
 
     def close(self) -> None:
-        """Shut the worker down and reap it; a worker that will not go is killed."""
+        """Shut the worker (and its control) down and reap it; a worker that will not go is killed."""
+        self.drop_control()
         if self.sock is not None:
             try:
                 if not self.closed:
@@ -246,6 +267,12 @@ class Clock:
     # The judge's own CPU time for the same staging and flush (its thread, after each null): what that
     # work costs where no candidate code runs, the clean reference for the two lists above.
     replica_cpu_us: list[float] = field(default_factory=list)
+    # The control worker's (`judge.control`) outside and timed CPU time in a null round trip on the same
+    # inputs, sent just before each of this worker's nulls: what the harness costs on this machine now.
+    control_outside_cpu_us: list[float] = field(default_factory=list)
+    control_null_cpu_us: list[float] = field(default_factory=list)
+    control_null_wall_us: list[float] = field(default_factory=list)
+    control_lost: str = ""  # why the control stopped answering mid-loop (its readings end there)
 
     def per_call_us(self, last: int | None = None) -> list[float]:
         """The judge's estimate of each call (of the `last` ones): its round trip less its null's."""
@@ -322,6 +349,7 @@ class RemoteModel:
         self.replica = False
         self._replica: tuple[list[torch.Tensor], Any] | None = None
         self._arena_writes = 0
+        self.control: RemoteModel | None = None  # the control worker's null, timed beside this one's
 
     @classmethod
     def construct(cls, client: WorkerClient, key: str, init: list[Any], state: dict[str, torch.Tensor],
@@ -343,6 +371,8 @@ class RemoteModel:
         return self._landed(reply["output"], copy=True), evidence_items(reply.get("evidence", []))
 
     def close(self) -> None:
+        if self.control is not None:
+            self.control.close()
         for arena in (self._arena, self._landing):
             if arena is not None:
                 arena.close()
@@ -476,7 +506,8 @@ class RemoteModel:
     def timer(self, buffers: list[Any]) -> tuple[float, float, Any]:
         """One timed call (the `timing.Subject.timer` protocol); the judge keeps its own wall time."""
         clock = self.clock
-        if not clock.null_wall_us or len(clock.wall_us) % NULL_EVERY == 0:
+        paired = not clock.null_wall_us or len(clock.wall_us) % NULL_EVERY == 0
+        if paired:
             null = self._timed("null", buffers, True)
             clock.null_wall_us.append(null.wall_us)
             if null.cpu_us is not None:
@@ -491,7 +522,25 @@ class RemoteModel:
             clock.cpu_us.append(call.cpu_us)
         clock.outside_cpu_us.append(_or_nan(call.outside_cpu_us))
         clock.outside_fresh.append(call.fresh)
+        if paired:
+            self._control_null(buffers)
         return call.device_us, call.closed_us, call.output
+
+    def _control_null(self, buffers: list[Any]) -> None:
+        """The control worker's null round trip on the same inputs, just before this worker's."""
+        if self.control is None:
+            return
+        try:
+            trip = self.control._timed("null", buffers, True)
+        except (WorkerBroken, CandidateRaised) as exc:
+            self.clock.control_lost = str(exc)[:300]
+            self.control.close()
+            self.control.client.close()
+            self.control = None
+            return
+        self.clock.control_outside_cpu_us.append(_or_nan(trip.outside_cpu_us))
+        self.clock.control_null_cpu_us.append(_or_nan(trip.cpu_us))
+        self.clock.control_null_wall_us.append(trip.wall_us)
 
     def calibrate(self, outputs_like: Any) -> None:
         """The null candidate's outputs: shaped like the reference's, so that its round trip costs
@@ -500,6 +549,9 @@ class RemoteModel:
 
         self.null_like = [[list(t.shape), str(t.dtype).removeprefix("torch.")] for t in flatten_tensors(outputs_like)]
         self.expect(outputs_like)
+        if self.control is not None:
+            self.control.flush, self.control.head_start = self.flush, self.head_start
+            self.control.calibrate(outputs_like)
 
 
 class Unsendable:

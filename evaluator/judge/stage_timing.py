@@ -59,6 +59,11 @@ OUTSIDE_TRIM = 0.1
 OUTSIDE_RATIO = 2.0
 OUTSIDE_FLOOR_US = 300.0
 OUTSIDE_MIN_READINGS = 6  # of each side, the first null (which maps the arenas) left out
+# Held to the control worker's outside windows instead (`judge.control`: a worker forked and set up
+# as the candidate's, loaded with the judge's own module, its nulls sent beside the candidate's), the
+# bound follows the machine's load.
+CONTROL_RATIO = 1.3
+CONTROL_FLOOR_US = 100.0
 REPLICA_MAX_BYTES = 256 * 2**20  # inputs the judge copies once more to learn what staging costs
 # A worker thread other than the serving one that ran at least this long during the timed loop, and
 # at least this share of the time the candidate's timed calls took by its own account, is a thread
@@ -160,30 +165,31 @@ def outside_disagreement(clock: Clock, calls: int) -> tuple[list[tuple[str, str]
     cold = _readings(clock.outside_cpu_us, [i for i in recent if clock.outside_fresh[i]])
     warm = _readings(clock.outside_cpu_us, [i for i in recent if not clock.outside_fresh[i]])
     null = _readings(clock.null_outside_cpu_us, nulls)
-    judge = [clock.replica_cpu_us[i] for i in nulls if i < len(clock.replica_cpu_us)]
     if len(cold) < OUTSIDE_MIN_READINGS or len(null) < OUTSIDE_MIN_READINGS:
         return [], [f"outside the timed windows: too few readings ({len(cold)} before calls on new inputs, "
                     f"{len(null)} before nulls; {OUTSIDE_MIN_READINGS} needed)"]
     before_cold, before_null = _trimmed_mean(cold), _trimmed_mean(null)
-    # The judge's own cost of the same work, where it was measured (not above REPLICA_MAX_BYTES of input)
-    reference = _trimmed_mean(judge) if len(judge) >= OUTSIDE_MIN_READINGS else None
     noise = max(spread(cold), spread(null), spread(warm)) * 1.4826  # a standard deviation
     slack = OUTSIDE_SLACK_US + 3 * noise * (1 / len(cold) + 1 / len(null)) ** 0.5
     staged = cold + null  # every window that staged new inputs: where work on them can first be done
-    bound = (OUTSIDE_RATIO * reference + OUTSIDE_FLOOR_US + 3 * noise / len(staged) ** 0.5
+    reference = _outside_reference(clock, nulls)
+    bound = (reference.ratio * reference.us + reference.floor_us + 3 * noise / len(staged) ** 0.5
              if reference is not None else math.inf)
     before_warm = _trimmed_mean(warm) if len(warm) >= 3 else None
     notes = [f"outside the timed windows (worker CPU, trimmed means): {before_cold:.1f} us before each call on "
              f"new inputs, {before_null:.1f} us before each null, "
              + (f"{before_warm:.1f} us before each call on its null's inputs; " if before_warm is not None else "")
-             + (f"the same staging and flush cost the judge {reference:.1f} us" if reference is not None
-                else "the judge did not repeat the staging (inputs too large): no bound from it")]
+             + (f"the same staging and flush cost {reference.who} {reference.us:.1f} us" if reference is not None
+                else "no clean side to bound them by (no control worker, and inputs too large for the judge "
+                     "to repeat the staging)")]
+    if clock.control_lost:
+        notes.append(f"the control worker stopped answering in the loop ({clock.control_lost})")
     found: str | None = None
     if reference is not None and _trimmed_mean(staged) > bound:
         found = (f"{_trimmed_mean(staged):.1f} us per round trip on new inputs, where the same staging and flush "
-                 f"cost the judge {reference:.1f} us (allowed: {OUTSIDE_RATIO:g}x plus {OUTSIDE_FLOOR_US:g} us): "
-                 "it works outside the judge's clocks, before calls and nulls alike, where the null's subtraction "
-                 "would cancel it")
+                 f"cost {reference.who} {reference.us:.1f} us (allowed: {reference.ratio:g}x plus "
+                 f"{reference.floor_us:g} us): it works outside the judge's clocks, before calls and nulls alike, "
+                 "where the null's subtraction would cancel it")
     elif abs(before_cold - before_null) > slack:
         where = "call" if before_cold > before_null else "null round trip"
         found = (f"{before_cold:.1f} us before each call on new inputs and {before_null:.1f} us before each null "
@@ -196,6 +202,60 @@ def outside_disagreement(clock: Clock, calls: int) -> tuple[list[tuple[str, str]
         return [], notes
     return [("timing_disagreement", "the worker's CPU time outside the timed windows (while its inputs are "
                                     f"staged and the cache flushed, trimmed means) was {found}")], notes
+
+
+def null_disagreement(clock: Clock) -> tuple[list[tuple[str, str]], list[str]]:
+    """The worker's null round trips against the control worker's beside them (`judge.control`), on
+    its CPU clock and the judge's wall clock: the judge subtracts a null's round trip from its call's
+    as harness cost, so work done inside the null's window (the inputs are already there: the call
+    after it reads the same ones) would pass as harness. Returns (evidence, notes)."""
+    nulls = list(range(1, min(len(clock.null_wall_us), len(clock.control_null_wall_us))))
+    control_cpu = _readings(clock.control_null_cpu_us, [i for i in nulls if i < len(clock.control_null_cpu_us)])
+    if len(nulls) < OUTSIDE_MIN_READINGS or len(control_cpu) < OUTSIDE_MIN_READINGS:
+        return [], []
+    found: list[str] = []
+    notes: list[str] = []
+    pairs = [("CPU", _readings(clock.null_cpu_us, [i for i in nulls if i < len(clock.null_cpu_us)]), control_cpu),
+             ("wall", [clock.null_wall_us[i] for i in nulls], [clock.control_null_wall_us[i] for i in nulls])]
+    for clock_name, mine, control in pairs:
+        if len(mine) < OUTSIDE_MIN_READINGS:
+            continue
+        ours, theirs = _trimmed_mean(mine), _trimmed_mean(control)
+        noise = max(spread(mine), spread(control)) * 1.4826
+        bound = CONTROL_RATIO * theirs + CONTROL_FLOOR_US + 3 * noise * (1 / len(mine) + 1 / len(control)) ** 0.5
+        notes.append(f"null round trips ({clock_name}, trimmed means): {ours:.1f} us in the worker, {theirs:.1f} us "
+                     "in the control worker")
+        if ours > bound:
+            found.append(f"{ours:.1f} us of {clock_name} per null round trip, where the control worker's nulls beside "
+                         f"them took {theirs:.1f} us (allowed: {CONTROL_RATIO:g}x plus {CONTROL_FLOOR_US:g} us)")
+    if not found:
+        return [], notes
+    return [("timing_disagreement", "the worker's null round trips cost more than a clean worker's: "
+                                    + "; ".join(found) + ": it works inside the windows the judge subtracts as "
+                                    "harness cost")], notes
+
+
+@dataclass(frozen=True)
+class OutsideReference:
+    """What the outside windows are held to: `us` (a trimmed mean) measured by `who`, allowed
+    `ratio` x that plus `floor_us`."""
+
+    who: str
+    us: float
+    ratio: float
+    floor_us: float
+
+
+def _outside_reference(clock: Clock, nulls: list[int]) -> OutsideReference | None:
+    """The control worker's outside windows beside the same nulls, where it answered for enough of
+    them; else the judge's own staging (`replica_cpu_us`, not above REPLICA_MAX_BYTES of input)."""
+    control = _readings(clock.control_outside_cpu_us, [i for i in nulls if i < len(clock.control_outside_cpu_us)])
+    if len(control) >= OUTSIDE_MIN_READINGS:
+        return OutsideReference("the control worker", _trimmed_mean(control), CONTROL_RATIO, CONTROL_FLOOR_US)
+    judge = [clock.replica_cpu_us[i] for i in nulls if i < len(clock.replica_cpu_us)]
+    if len(judge) >= OUTSIDE_MIN_READINGS:
+        return OutsideReference("the judge's own thread", _trimmed_mean(judge), OUTSIDE_RATIO, OUTSIDE_FLOOR_US)
+    return None
 
 
 def _readings(values: list[float], indices: list[int]) -> list[float]:
@@ -374,6 +434,7 @@ class TimingRequest:
     cpu_threads: int | None = None
     candidate_source: str = ""
     compile_wait_s: float = 0.0
+    control: RemoteModel | None = None  # the control worker's null (`judge.control`), where there is one
 
     @property
     def threads(self) -> int | None:
@@ -452,6 +513,14 @@ def _outside_windows(t: TimedRun) -> None:
         outside, notes = outside_disagreement(t.request.candidate.clock, len(t.cand.samples_us))
         t.notes += notes
         t.evidence += outside
+
+
+@timing_check("null_windows")
+def _null_windows(t: TimedRun) -> None:
+    """The worker's nulls against the control worker's, where there is one."""
+    evidence, notes = null_disagreement(t.request.candidate.clock)
+    t.notes += notes
+    t.evidence += evidence
 
 
 @timing_check("threads")
@@ -538,6 +607,7 @@ def measure(request: TimingRequest) -> TimingOutcome:
 
     candidate.flush, candidate.head_start = config.flush_l2, config.head_start
     candidate.replica = request.outside_checked and _input_bytes(buffers) <= REPLICA_MAX_BYTES
+    candidate.control = request.control if request.outside_checked else None
     outputs_like = request.outputs_like if request.outputs_like is not None else reference(*buffers)
     candidate.calibrate(task_precision(outputs_like, dtypes))
     subjects = [timing.Subject("candidate", candidate.timer, timer=candidate.timer)]

@@ -22,6 +22,7 @@ from agentforge.evaluator.judge.stage_timing import (
     clock_disagreement,
     ended_threads_us,
     measure,
+    null_disagreement,
     outside_disagreement,
     thread_oversubscription,
 )
@@ -297,5 +298,60 @@ def test_without_the_judges_own_cost_only_the_comparisons_hold() -> None:
     for clock in (alike, before_calls):
         clock.replica_cpu_us.clear()
     evidence, notes = outside_disagreement(alike, calls=24)
-    assert not evidence and "no bound from it" in notes[0]
+    assert not evidence and "no clean side" in notes[0]
     assert outside_disagreement(before_calls, calls=24)[0]
+
+
+def _with_control(clock: Clock, outside: float, null_cpu: float, null_wall: float) -> Clock:
+    """The control worker's readings beside each null of `clock`, with small alternating noise."""
+    for i in range(len(clock.null_wall_us)):
+        clock.control_outside_cpu_us.append(outside + (-1) ** i * 3.0)
+        clock.control_null_cpu_us.append(null_cpu + (-1) ** i * 3.0)
+        clock.control_null_wall_us.append(null_wall + (-1) ** i * 3.0)
+    return clock
+
+
+@pytest.mark.parametrize(("worker", "judge", "control", "flagged"), [
+    (632.7, 107.6, 690.0, False),   # the fresh-clone CI's honest worker under load (the judge's bound flagged it)
+    (1050.0, 600.0, 1110.0, False),  # honest, the CLI's inputs on the quiet VM
+    (2400.0, 100.0, 300.0, True),   # 2.3 ms moved before every round trip alike
+    (2400.0, 1200.0, 400.0, True),  # ... which the judge's own cost, inflated by load, would have let through
+])
+def test_a_control_worker_bounds_the_outside_windows_by_what_they_cost_now(
+        worker: float, judge: float, control: float, flagged: bool) -> None:
+    clock = _with_control(_outside(worker, worker, judge), control, 300.0, 500.0)
+    evidence, notes = outside_disagreement(clock, calls=24)
+    assert bool(evidence) == flagged, (evidence, notes)
+    assert "the control worker" in notes[0]
+    if flagged:
+        assert "control worker" in evidence[0][1]
+
+
+def test_a_lost_control_leaves_the_judges_bound_and_says_so() -> None:
+    clock = _with_control(_outside(760.0, 760.0, 66.0), 2000.0, 300.0, 500.0)
+    del clock.control_outside_cpu_us[3:]
+    clock.control_lost = "the worker exited during 'time'"
+    evidence, notes = outside_disagreement(clock, calls=24)
+    assert evidence and "the judge's own thread" in evidence[0][1]
+    assert any("stopped answering" in n for n in notes)
+
+
+@pytest.mark.parametrize(("cpu", "wall", "flagged"), [
+    (300.0, 500.0, False),    # the worker's nulls cost what the control's do
+    (290.0, 470.0, False),
+    (900.0, 500.0, True),     # work inside the null's window, on its CPU clock
+    (300.0, 1400.0, True),    # ... or a wait there, on the judge's wall clock
+])
+def test_a_null_dearer_than_the_controls_is_work_in_the_subtracted_window(cpu: float, wall: float,
+                                                                         flagged: bool) -> None:
+    clock = _outside(200.0, 200.0, 60.0)
+    clock.null_cpu_us[:] = [cpu + (-1) ** i * 3.0 for i in range(len(clock.null_wall_us))]
+    clock.null_wall_us[:] = [wall + (-1) ** i * 3.0 for i in range(len(clock.null_wall_us))]
+    _with_control(clock, 200.0, 300.0, 500.0)
+    evidence, notes = null_disagreement(clock)
+    assert bool(evidence) == flagged, (evidence, notes)
+    assert len(notes) == 2
+
+
+def test_without_a_control_the_nulls_are_not_compared() -> None:
+    assert null_disagreement(_outside(200.0, 200.0, 60.0)) == ([], [])

@@ -72,6 +72,6 @@ def test_the_timing_checks_run_in_order_clocks_before_threads() -> None:
     from agentforge.evaluator.judge import stage_timing
 
     names = list(stage_timing.TIMING_CHECKS)
-    assert names == ["timed_outputs", "clocks", "outside_windows", "threads", "device"]
+    assert names == ["timed_outputs", "clocks", "outside_windows", "null_windows", "threads", "device"]
     with pytest.raises(ValueError, match="twice"):
         stage_timing.timing_check("clocks")(lambda t: None)

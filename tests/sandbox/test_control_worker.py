@@ -1,0 +1,48 @@
+"""The control worker (`judge.control`): forked beside the candidate's before the request is read,
+never given candidate code, and timed beside it, so that the bound on the candidate's harness costs
+follows the machine's load."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+from agentforge.evaluator.result import Measure
+from agentforge.sandbox import child
+
+from agentforge.candidate import Candidate
+from agentforge.evaluation import evaluate, make_job
+from agentforge.task import TaskText
+from tests.fixtures import relu
+from tests.fixtures.sandbox import quiet
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_the_child_forks_a_control_beside_the_worker_and_closing_the_worker_reaps_both() -> None:
+    client = child._start_worker(interpret=False)
+    assert client is not None and client.control is not None
+    pids = (client.pid, client.control.pid)
+    assert len(set(pids)) == 2 and all(_alive(pid) for pid in pids)
+    client.close()
+    assert client.control is None and not any(_alive(pid) for pid in pids)
+
+
+def test_a_timed_cpu_verdict_holds_the_worker_to_the_control_beside_it(tmp_path: Path) -> None:
+    """As a user's CPU verdict runs: through the sandbox, timed on one thread. The honest worker is
+    accepted, and the notes say its outside windows and nulls were held to the control's."""
+    candidate = Candidate(relu.lean_candidate("control_relu"), "cpu")
+    job = make_job(TaskText("relu", relu.task()), candidate, device="cpu", measure=Measure(baselines=("eager",)))
+    job = dataclasses.replace(job, cpu_threads=1)
+    result = evaluate(job, quiet(tmp_path))
+    assert result.accepted, result.summary()
+    notes = "\n".join(result.timing.notes)
+    assert "the same staging and flush cost the control worker" in notes, notes
+    assert "null round trips (CPU, trimmed means)" in notes and "null round trips (wall" in notes, notes
