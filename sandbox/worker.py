@@ -133,7 +133,7 @@ def serve(sock: socket.socket) -> None:
         _warm_observer()
         while True:
             request = wire.receive(sock)
-            if request.get("op") == "shutdown":
+            if request.get("op") == messages.Shutdown.op:
                 break
             # The judge checks the seal from outside (/proc), whatever this reply says.
             reply = _seal(request) if request.get("op") == "seal" else serve_request(worker, request)

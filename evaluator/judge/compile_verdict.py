@@ -21,8 +21,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
-from agentforge.evaluator.judge.remote import WorkerBroken, WorkerClient, evidence_items
-from agentforge.evaluator.protocol.messages import BuildReport, Drive
+from agentforge.evaluator.judge.remote import WorkerBroken, WorkerClient
+from agentforge.evaluator.protocol.messages import BuildReport, Drive, evidence_items
 from agentforge.evaluator.result import CompileRecord, ErrorRecord, Status, from_plain
 
 from agentforge.task import Task, flatten_tensors

@@ -35,7 +35,7 @@ from agentforge.evaluator.judge.proc_view import (
 )
 from agentforge.evaluator.protocol import messages, wire
 from agentforge.evaluator.protocol.arena import Arena
-from agentforge.evaluator.protocol.messages import CandidateRaised, WorkerBroken, error_record, evidence_items
+from agentforge.evaluator.protocol.messages import CandidateRaised, WorkerBroken, error_record
 
 _perf_counter_ns = time.perf_counter_ns
 
@@ -191,7 +191,7 @@ class WorkerClient:
         if self.sock is not None:
             try:
                 if not self.closed:
-                    wire.send(self.sock, {"id": 0, "op": "shutdown"})
+                    wire.send(self.sock, {"id": 0, "op": messages.Shutdown.op})
             except (OSError, wire.WireError):
                 pass
             self.sock.close()
@@ -231,13 +231,6 @@ def _signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return f"SIG{signum}"
-
-
-def _finite_us(reply: dict[str, Any], key: str) -> float:
-    value = reply.get(key)
-    if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
-        raise WorkerBroken(f"timing sample {key}={value!r} is not a non-negative number")
-    return float(value)
 
 
 NULL_EVERY = 2  # a null round trip before every second timed call, paired with it
@@ -366,9 +359,8 @@ class RemoteModel:
                                                    where=where, **landing))
         finally:
             _close(sent)
-        if "output" not in reply:
-            raise WorkerBroken("a call's reply carries no output")
-        return self._landed(reply["output"], copy=True), evidence_items(reply.get("evidence", []))
+        call = messages.CallReply.parse(reply)
+        return self._landed(call.output, copy=True), call.evidence
 
     def close(self) -> None:
         if self.control is not None:
@@ -385,10 +377,8 @@ class RemoteModel:
                   else v for v in inputs]
         reply = self.client.send(messages.Call(key=self.key, slot=f"{self.key}/dry", empty_inputs=shapes,
                                                where=where, dry=True))
-        specs, note = reply.get("specs"), reply.get("note")
-        if not isinstance(specs, list) or not all(isinstance(s, dict) for s in specs) or not isinstance(note, str):
-            raise WorkerBroken("a dry launch's reply is malformed")
-        return specs, note
+        dry = messages.DryCallReply.parse(reply)
+        return dry.specs, dry.note
 
     def _timed(self, key: str, buffers: list[Any], want_output: bool) -> _RoundTrip:
         """One timed round trip. The inputs travel through the judge's input arena (written here,
@@ -421,17 +411,15 @@ class RemoteModel:
                                                    null_like=self.null_like, **fields, **landing))
         finally:
             _close(sent + sent_landing)
-        if want_output and "output" not in reply:
-            raise WorkerBroken("a timed call's reply carries no output")
-        output = self._landed(reply["output"], copy=False) if want_output else None
+        timed = messages.TimeReply.parse(reply, want_output)
+        output = self._landed(timed.output, copy=False) if want_output else None
         wall = (_perf_counter_ns() - begin) / 1e3
         if key != "null":
-            self.timed_evidence += evidence_items(reply.get("timed_rules", []))
+            self.timed_evidence += timed.timed_rules
         cpu_end = cpu_ns(self.cpu_clock)
         cpu = (cpu_end - cpu_begin) / 1e3 if cpu_begin is not None and cpu_end is not None else None
         outside = (cpu_begin - outside_from) / 1e3 if cpu_begin is not None and outside_from is not None else None
-        return _RoundTrip(_finite_us(reply, "device_us"), _finite_us(reply, "closed_us"), output, wall, cpu,
-                          outside, fresh)
+        return _RoundTrip(timed.device_us, timed.closed_us, output, wall, cpu, outside, fresh)
 
     def _replica_us(self) -> float:
         """The worker's work outside a timed window, done here on the judge's thread: the inputs read

@@ -9,6 +9,7 @@ as data."""
 
 from __future__ import annotations
 
+import math
 import types
 import typing
 from collections.abc import Callable
@@ -242,8 +243,15 @@ class Finish(Request):
     op: ClassVar[str] = "finish"
 
 
+@dataclass(frozen=True)
+class Shutdown(Request):
+    """The last message: the worker ends (`sandbox.worker.serve`); it is not answered."""
+
+    op: ClassVar[str] = "shutdown"
+
+
 REQUESTS: dict[str, type[Request]] = {cls.op: cls for cls in (
-    Setup, Load, Drive, BuildReport, Construct, Call, Flush, Time, DeviceProfile, Seal, Finish)}
+    Setup, Load, Drive, BuildReport, Construct, Call, Flush, Time, DeviceProfile, Seal, Finish, Shutdown)}
 
 
 def parse_request(raw: Any) -> Request:
@@ -353,3 +361,58 @@ class FinishReply:
             if not isinstance(value, list):
                 raise WorkerBroken(f"{key} is malformed")
         return cls(counts, evidence, launches["launch_specs"], launches["launch_problems"])
+
+
+@dataclass(frozen=True)
+class CallReply:
+    """A watched call's reply: its outputs (arena placeholders, for the judge to fill) and what the
+    worker's watches saw."""
+
+    output: Any
+    evidence: list[tuple[str, str]]
+
+    @classmethod
+    def parse(cls, raw: dict[str, Any]) -> CallReply:
+        if "output" not in raw:
+            raise WorkerBroken("a call's reply carries no output")
+        return cls(raw["output"], evidence_items(raw.get("evidence", [])))
+
+
+@dataclass(frozen=True)
+class DryCallReply:
+    """A dry call's reply: the Triton launches its host code recorded, and a note where it failed."""
+
+    specs: list[dict[str, Any]]
+    note: str
+
+    @classmethod
+    def parse(cls, raw: dict[str, Any]) -> DryCallReply:
+        specs, note = raw.get("specs"), raw.get("note")
+        if not isinstance(specs, list) or not all(isinstance(s, dict) for s in specs) or not isinstance(note, str):
+            raise WorkerBroken("a dry launch's reply is malformed")
+        return cls(specs, note)
+
+
+@dataclass(frozen=True)
+class TimeReply:
+    """A timed call's reply: the worker's own figures (non-negative, finite), its outputs when asked
+    for, and what a timed call did that a checked one may not (`timed_rules`)."""
+
+    device_us: float
+    closed_us: float
+    output: Any
+    timed_rules: list[tuple[str, str]]
+
+    @classmethod
+    def parse(cls, raw: dict[str, Any], want_output: bool) -> TimeReply:
+        if want_output and "output" not in raw:
+            raise WorkerBroken("a timed call's reply carries no output")
+        return cls(_sample_us(raw, "device_us"), _sample_us(raw, "closed_us"), raw.get("output"),
+                   evidence_items(raw.get("timed_rules", [])))
+
+
+def _sample_us(raw: dict[str, Any], key: str) -> float:
+    value = raw.get(key)
+    if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
+        raise WorkerBroken(f"timing sample {key}={value!r} is not a non-negative number")
+    return float(value)

@@ -27,6 +27,7 @@ from agentforge.evaluator.protocol.messages import (
     Request,
     Seal,
     Setup,
+    Shutdown,
     Time,
     parse_request,
 )
@@ -53,6 +54,7 @@ EXAMPLES: list[Request] = [
     DeviceProfile(key="cand", reps=5, args=ARENA),
     Seal(),
     Finish(),
+    Shutdown(),
 ]
 
 
@@ -66,7 +68,7 @@ def _over_the_wire(message: Request, ident: int = 7) -> dict[str, Any]:
 def test_every_op_has_one_message() -> None:
     assert sorted(messages.REQUESTS) == sorted(
         ["setup", "load", "drive", "build_report", "construct", "call", "flush", "time", "device_profile",
-         "seal", "finish"])
+         "seal", "finish", "shutdown"])
     assert {type(m) for m in EXAMPLES} == set(messages.REQUESTS.values())
 
 
@@ -207,3 +209,31 @@ def test_a_finish_reply_is_read_typed_and_a_malformed_one_breaks_the_worker(chan
     assert (final.op_counts, final.evidence) == ({"aten::relu": 2}, [("monkey_patch", "x")])
     with pytest.raises(messages.WorkerBroken, match=said):
         messages.FinishReply.parse({**raw, **change})
+
+
+@pytest.mark.parametrize(("raw", "said"), [
+    ({"device_us": -1.0, "closed_us": 2.0, "output": []}, "timing sample device_us=-1.0"),
+    ({"device_us": 1.0, "closed_us": float("nan"), "output": []}, "timing sample closed_us=nan"),
+    ({"device_us": 1.0, "closed_us": True, "output": []}, "timing sample closed_us=True"),
+    ({"device_us": 1.0, "closed_us": 2.0}, "carries no output"),
+    ({"device_us": 1.0, "closed_us": 2.0, "output": [], "timed_rules": {"a": 1}}, "evidence is not a list"),
+])
+def test_a_timed_reply_is_read_typed_and_a_malformed_one_breaks_the_worker(raw: dict[str, Any], said: str) -> None:
+    good = messages.TimeReply.parse({"device_us": 3, "closed_us": 4.5, "output": [{"__arena__": 0}],
+                                     "timed_rules": [["aliased_output", "out is x"], [1]]}, want_output=True)
+    assert (good.device_us, good.closed_us, good.timed_rules) == (3.0, 4.5, [("aliased_output", "out is x")])
+    assert messages.TimeReply.parse({"device_us": 1, "closed_us": 1}, want_output=False).output is None
+    with pytest.raises(messages.WorkerBroken, match=said):
+        messages.TimeReply.parse(raw, want_output=True)
+
+
+def test_call_and_dry_call_replies_are_read_typed() -> None:
+    call = messages.CallReply.parse({"output": 3, "evidence": [["input_mutation", "x changed"]]})
+    assert (call.output, call.evidence) == (3, [("input_mutation", "x changed")])
+    with pytest.raises(messages.WorkerBroken, match="carries no output"):
+        messages.CallReply.parse({"evidence": []})
+    dry = messages.DryCallReply.parse({"specs": [{"kernel": "k"}], "note": ""})
+    assert dry.specs == [{"kernel": "k"}]
+    for bad in ({"specs": "k", "note": ""}, {"specs": [], "note": None}, {"specs": [3], "note": ""}):
+        with pytest.raises(messages.WorkerBroken, match="dry launch"):
+            messages.DryCallReply.parse(bad)
