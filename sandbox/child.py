@@ -175,7 +175,10 @@ def _set_up_control(worker: Any, request: ChildRequest, fields: dict[str, Any]) 
     if control is None:
         return
     job = request.job
-    if not (job.measure.timing and not str(job.device).startswith("cuda")):
+    # Timed on a CPU: the cpu backend (Triton there runs in its interpreter, CUDA compile-only or
+    # emulated: neither is timed).
+    if not (job.measure.timing and job.backend == "cpu" and not job.compile_only
+            and not str(job.device).startswith("cuda")):
         worker.drop_control()
         return
     try:
