@@ -44,8 +44,9 @@ CPU_SLACK_US = 20.0
 # before a null's. On the worker's CPU clock, with one thread allowed on the CPU backend:
 # - before a null and before a call on inputs just written (both stage them cold), the trimmed means
 #   (the middle 60 %, robust to the odd collection, page fault or preemption) may differ by no more
-#   than three standard errors, OUTSIDE_SLACK_US and OUTSIDE_RELATIVE of the dearer; before a call on the inputs its null just staged (warm in
-#   cache, cheaper), no more than the dearer of those two plus as much (work moved before the calls);
+#   than three standard errors, OUTSIDE_SLACK_US and OUTSIDE_RELATIVE of the dearer; before a call
+#   on the inputs its null just staged (warm in cache, cheaper), no more than the dearer of those two
+#   plus as much (work moved before the calls);
 # - the two together may cost no more than OUTSIDE_RATIO x what the same staging and flush cost the
 #   judge's own thread, plus OUTSIDE_FLOOR_US (work moved before every round trip alike, which the
 #   null would cancel). Honest workers measured 1.4x of the judge's cost plus 120 us of protocol on
