@@ -51,3 +51,40 @@ def cuda_without_gpu(job: EvalJob, figures: dict[str, Any], wanted: tuple[str, .
                          f"({over}: {', '.join(large)}); a smaller --shape runs its kernels")
     return NoGpuPlan(small, large, f"{head}, and its kernels run in the CPU emulation on {', '.join(small)} "
                      f"(correctness only: no timing or speedup without a GPU){left}")
+
+
+def triton_without_gpu(job: EvalJob, figures: dict[str, Any], wanted: tuple[str, ...]) -> NoGpuPlan | None:
+    """None unless `job` is a Triton job and the probe saw no GPU; else which shapes Triton's
+    interpreter runs (at most `triton_interpret.MAX_ELEMENTS` elements: a larger one would run for
+    many minutes; the evaluator dry-launches and compiles it instead). Raises PreflightError when a
+    shape asked for by name, or every shape, is too large for it, naming the shapes that fit."""
+    from agentforge.agent.preflight import PreflightError
+    from agentforge.evaluator.worker.triton_interpret import MAX_ELEMENTS
+
+    memory = figures.get("memory") or {}
+    if job.backend != "triton" or memory.get("kind") == "cuda" or job.compile_only:
+        return None
+    shapes = figures.get("shapes") or {}
+    fits = interpretable(figures, tuple(shapes))
+    small = tuple(s for s in wanted if s in fits)
+    large = tuple(s for s in wanted if s not in fits)
+    over = f"over {MAX_ELEMENTS:,} elements"
+    advice = (f"shapes it runs: {', '.join(fits)} (run with {' '.join(f'--shape {s}' for s in fits)})" if fits
+              else "no shape of this task is small enough (declare a smaller variant in its SHAPES)")
+    if large and (job.shapes or not small):
+        raise PreflightError("ShapeTooLarge", f"{job.task_name}: no GPU here, so --backend triton runs in Triton's "
+                             f"interpreter, where {', '.join(repr(s) for s in large)} ({over}) would run for many "
+                             f"minutes; {advice}", job.task_name, shapes_that_fit=list(fits))
+    head = f"no GPU here: --backend triton runs in Triton's interpreter on {', '.join(small)}"
+    left = f"; not run in it ({over}): {', '.join(large)}" if large else ""
+    return NoGpuPlan(small, large, f"{head} (correctness only: no timing without a GPU), then compiles what it "
+                     f"launched for {job.cuda_arch}{left}")
+
+
+def interpretable(figures: dict[str, Any], shapes: tuple[str, ...]) -> tuple[str, ...]:
+    """Of `shapes`, those small enough for Triton's interpreter (unsized ones count as small: the
+    evaluator's own task check says what is wrong with them)."""
+    from agentforge.evaluator.worker.triton_interpret import MAX_ELEMENTS
+
+    sized = figures.get("shapes") or {}
+    return tuple(s for s in shapes if (numel := (sized.get(s) or {}).get("numel")) is None or numel <= MAX_ELEMENTS)

@@ -84,7 +84,7 @@ class Prepared:
 
 def prepare(task: TaskText, job: EvalJob, sandbox: SandboxConfig, memory_gb: float) -> Prepared:
     """`preflight`, keeping what the probe found: the job to run and what to tell the user."""
-    from agentforge.agent.no_gpu import cuda_without_gpu
+    from agentforge.agent.no_gpu import cuda_without_gpu, interpretable, triton_without_gpu
 
     check_text(task, job.shapes)
     probe = run_probe(job, sandbox)
@@ -99,10 +99,15 @@ def prepare(task: TaskText, job: EvalJob, sandbox: SandboxConfig, memory_gb: flo
     check_shape_names(task.name, known, job.shapes)
     wanted = ("default",) if job.track == "kernelbench" else (job.shapes or known)
     plan = cuda_without_gpu(job, figures, wanted)
-    if plan is not None:
-        wanted = plan.executed
-        notes.append(plan.note)
-    check_memory(task.name, figures, wanted, known, memory_gb, job.device)
+    interpreted = triton_without_gpu(job, figures, wanted)
+    for found in (plan, interpreted):
+        if found is not None:
+            wanted = found.executed
+            notes.append(found.note)
+    if interpreted is not None and interpreted.compiled_only and not job.shapes:
+        job = dataclasses.replace(job, shapes=interpreted.executed)  # the others are dry-launched and compiled
+    runnable = interpretable(figures, known) if interpreted is not None else known
+    check_memory(task.name, figures, wanted, runnable, memory_gb, job.device)
     return Prepared(task, job, None, tuple(notes))
 
 
