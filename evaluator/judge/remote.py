@@ -261,7 +261,8 @@ class Clock:
     # work costs where no candidate code runs, the clean reference for the two lists above.
     replica_cpu_us: list[float] = field(default_factory=list)
     # The control worker's (`judge.control`) outside and timed CPU time in a null round trip on the same
-    # inputs, sent just before each of this worker's nulls: what the harness costs on this machine now.
+    # inputs, one per null of this worker's (sent after the call that reuses that null's inputs: sent
+    # before the null, it shifted this worker's null windows by 3-9 %): what the harness costs now.
     control_outside_cpu_us: list[float] = field(default_factory=list)
     control_null_cpu_us: list[float] = field(default_factory=list)
     control_null_wall_us: list[float] = field(default_factory=list)
