@@ -182,7 +182,7 @@ def _set_up_control(worker: Any, request: ChildRequest, fields: dict[str, Any]) 
         worker.drop_control()
         return
     try:
-        control.setup(**fields)
+        control.setup(**fields, sampled=False)
     except Exception:
         worker.drop_control()
 

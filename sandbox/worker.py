@@ -62,7 +62,10 @@ def _harden(setup: Setup) -> dict[str, str]:
     os.umask(0o077)
     if setup.drop_to_uid is not None:
         limits.drop_privileges(setup.drop_to_uid)
-        _dumpable()  # a change of uid clears it: the judge reads this process's map and samples it
+        if setup.sampled:
+            _dumpable()  # a change of uid clears it: the judge reads this process's map and samples it
+    if not setup.sampled:
+        limits.not_dumpable()  # out of reach of the candidate's worker, which runs as the same uid
     limits.no_new_privileges()
     if plain is not None:
         limits.apply_limits(from_plain(Limits, plain))

@@ -409,7 +409,7 @@ def _timing(run: Run) -> EvalResult | None:
                 tolerance=outcome.timing_tolerance.get(timing_shape, (settings.atol, settings.rtol)),
                 seed=settings.base_seed + 99991, outputs_like=outcome.expected.get(timing_shape),
                 candidate_source=job.candidate_source, compile_wait_s=_compile_wait_s(ctx),
-                control=control if run.client.control is not None else None))
+                control=control if run.client.control is not None else None))  # the seal drops one that fails
     except CandidateRaised as exc:  # on the timing's fresh inputs: the verdict keeps what correctness found
         _collect_flags(ctx, [], CorrectnessOutcome(), run.task, _final(run.client))
         return _finish(ctx, Status.RUNTIME_ERROR, correctness=outcome.records, error=exc.record)

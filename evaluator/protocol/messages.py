@@ -125,6 +125,10 @@ class Setup(Request):
     limits: dict[str, Any] | None = None  # `sandbox.request.Limits`, plain
     drop_to_uid: int | None = None
     cuda_visible_devices: str | None = None
+    # Whether the judge samples and reads this worker (its memory map, its native sampler): then it is
+    # dumpable to its own uid. The control worker is not: the candidate's worker runs as the same uid,
+    # and could otherwise open its /proc/PID/mem and slow it to loosen the bound it sets.
+    sampled: bool = True
 
 
 @dataclass(frozen=True)

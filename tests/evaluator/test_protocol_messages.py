@@ -38,7 +38,7 @@ SLOTS = [{"dtype": "float32", "shape": [4, 5], "chunks": 1}]
 # One of each request, every field set where the judge ever sets it.
 EXAMPLES: list[Request] = [
     Setup(workdir="/w", cache_dir="/c", cpu_threads=1, device="cpu", torch_switches=True,
-          limits={"file_size_bytes": 1 << 20}, drop_to_uid=1000, cuda_visible_devices="0"),
+          limits={"file_size_bytes": 1 << 20}, drop_to_uid=1000, cuda_visible_devices="0", sampled=False),
     Load(source="class ModelNew: ...", backend="cpu", compile_only=False, arch="sm_90a", device="cpu",
          module_name="agentforge_candidate_x", interpret=True, emulate=False, drive_only=True),
     Drive(init=[3, 1.5], inputs=[{"__empty__": [[2, 3], "float32"]}, 7], arch="sm_90a", backend="cuda"),

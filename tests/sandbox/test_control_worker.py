@@ -46,3 +46,37 @@ def test_a_timed_cpu_verdict_holds_the_worker_to_the_control_beside_it(tmp_path:
     notes = "\n".join(result.timing.notes)
     assert "the same staging and flush cost the control worker" in notes, notes
     assert "null round trips (CPU, trimmed means)" in notes and "null round trips (wall" in notes, notes
+
+
+REACH_FOR_THE_CONTROL = """
+import os
+import torch
+from torch import nn
+
+def _reach():
+    opened = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != os.getpid():
+            try:
+                with open(f"/proc/{name}/mem", "r+b"):
+                    opened.append(name)
+            except OSError:
+                pass
+    return opened
+
+OPENED = _reach()
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        raise RuntimeError(f"opened for writing: {OPENED}")
+"""
+
+
+def test_the_candidates_worker_cannot_open_the_controls_memory(tmp_path: Path) -> None:
+    """The control runs as the candidate's uid. Were it dumpable (as the candidate's worker is, for
+    the judge's sampler), the candidate could open its /proc/PID/mem and slow it, loosening the bound
+    it sets: it was, until the control was set up not sampled (`Setup.sampled`)."""
+    job = make_job(TaskText("relu", relu.task()), Candidate(REACH_FOR_THE_CONTROL, "cpu"), device="cpu",
+                   measure=Measure(baselines=("eager",)))
+    result = evaluate(dataclasses.replace(job, cpu_threads=1), quiet(tmp_path))
+    assert result.error is not None and "opened for writing: []" in result.error.message, result.summary()
