@@ -213,7 +213,7 @@ def outside_disagreement(clock: Clock, calls: int) -> tuple[list[tuple[str, str]
 
 def null_disagreement(clock: Clock) -> tuple[list[tuple[str, str]], list[str]]:
     """The worker's null round trips against the control worker's beside them (`judge.control`), on
-    its CPU clock and the judge's wall clock: the judge subtracts a null's round trip from its call's
+    its CPU clock: the judge subtracts a null's round trip from its call's
     as harness cost, so work done inside the null's window (the inputs are already there: the call
     after it reads the same ones) would pass as harness. Returns (evidence, notes)."""
     nulls = list(range(1, min(len(clock.null_wall_us), len(clock.control_null_wall_us))))
@@ -222,8 +222,9 @@ def null_disagreement(clock: Clock) -> tuple[list[tuple[str, str]], list[str]]:
         return [], []
     found: list[str] = []
     notes: list[str] = []
-    pairs = [("CPU", _readings(clock.null_cpu_us, [i for i in nulls if i < len(clock.null_cpu_us)]), control_cpu),
-             ("wall", [clock.null_wall_us[i] for i in nulls], [clock.control_null_wall_us[i] for i in nulls])]
+    # CPU only: the wall clock of a null is the scheduler's too (an honest worker's nulls read 4.3 ms of
+    # wall beside the control's 0.9 ms in a loaded fresh-clone CI run, preempted, not working).
+    pairs = [("CPU", _readings(clock.null_cpu_us, [i for i in nulls if i < len(clock.null_cpu_us)]), control_cpu)]
     for clock_name, mine, control in pairs:
         if len(mine) < OUTSIDE_MIN_READINGS:
             continue

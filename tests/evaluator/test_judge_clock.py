@@ -340,7 +340,7 @@ def test_a_lost_control_leaves_the_judges_bound_and_says_so() -> None:
     (300.0, 500.0, False),    # the worker's nulls cost what the control's do
     (290.0, 470.0, False),
     (900.0, 500.0, True),     # work inside the null's window, on its CPU clock
-    (300.0, 1400.0, True),    # ... or a wait there, on the judge's wall clock
+    (300.0, 1400.0, False),   # a slow wall alone is the scheduler's (preemption under load), not work
 ])
 def test_a_null_dearer_than_the_controls_is_work_in_the_subtracted_window(cpu: float, wall: float,
                                                                          flagged: bool) -> None:
@@ -350,7 +350,7 @@ def test_a_null_dearer_than_the_controls_is_work_in_the_subtracted_window(cpu: f
     _with_control(clock, 200.0, 300.0, 500.0)
     evidence, notes = null_disagreement(clock)
     assert bool(evidence) == flagged, (evidence, notes)
-    assert len(notes) == 2
+    assert len(notes) == 1 and "CPU" in notes[0]
 
 
 def test_without_a_control_the_nulls_are_not_compared() -> None:
