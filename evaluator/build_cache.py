@@ -12,6 +12,7 @@ import fcntl
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -70,6 +71,41 @@ def writing_trusted_tree(cache_dir: str | os.PathLike[str]) -> Iterator[None]:
         yield
     finally:
         _cache_root, _writing_trusted = saved
+
+
+JUDGE_STORE = "judge-built"  # the judge's builds (`judge.judge_builds`): written only by the judge's uid
+
+
+def store_root(cache_dir: str | os.PathLike[str]) -> Path:
+    return Path(cache_dir) / JUDGE_STORE
+
+
+def prepare_store(cache_dir: str | os.PathLike[str], judge_uid: int | None) -> None:
+    """Make the judge's store (the sandbox's parent, before each job): owned by `judge_uid` where the
+    parent is root, not writable by anyone else. One a candidate replaced (its owner is another uid)
+    is removed first: a candidate may spoil its own job's builds, never a later job's."""
+    root = store_root(cache_dir)
+    owner = judge_uid if judge_uid is not None else os.geteuid()
+    with contextlib.suppress(OSError):  # one that cannot be made: the judge builds nothing (it says why)
+        if root.is_symlink() or (root.exists() and (root.lstat().st_uid != owner or not root.is_dir())):
+            if root.is_dir() and not root.is_symlink():
+                shutil.rmtree(root)
+            else:
+                root.unlink()
+        root.mkdir(parents=True, exist_ok=True)
+        if judge_uid is not None and os.geteuid() == 0:
+            os.chown(root, judge_uid, judge_uid)
+        root.chmod(0o755)
+
+
+def judges(path: Path) -> bool:
+    """Whether `path` is this process's own and nobody else may write it (no link)."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return (info.st_uid == os.geteuid() and not stat.S_ISLNK(info.st_mode)
+            and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
 
 
 def _builds() -> Path:

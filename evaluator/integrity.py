@@ -514,6 +514,13 @@ def native_sampling_findings(report: dict[str, Any], own_floor: float = NATIVE_O
         found.append(StaticFinding("library_fallback", f"{blas} of {compute} compute samples of the candidate's calls "
                                    "ran in a BLAS/LAPACK/oneDNN/MKL library (the judge's native sampler): "
                                    + _top_files(report, ("blas", "lapack", "mkl", "dnnl"))))
+    other = count("call", "other") + count("timed", "other")
+    if (report.get("own_by") == "judge_builds" and other >= NATIVE_MIN_SAMPLES
+            and other >= NATIVE_LIBRARY_SHARE * (compute + other)):
+        found.append(StaticFinding("library_fallback", f"{other} of {compute + other} compute samples of the "
+                                   "candidate's calls ran in code the judge did not build (the judge's native "
+                                   "sampler; its builds are known by their content's hash): "
+                                   + _other_files(report)))
     timed, nulls = int(requests.get("timed", 0)), int(requests.get("null", 0))
     torch_timed = count("timed", "torch", "jit")
     expected = count("null", "torch", "jit") * timed / nulls if nulls else 0.0
@@ -536,6 +543,12 @@ def native_sampling_findings(report: dict[str, Any], own_floor: float = NATIVE_O
                "own_timed": own, "torch_timed_beyond_null": round(excess, 1), "blas_in_calls": blas,
                "own_floor": own_floor}
     return found, summary
+
+
+def _other_files(report: dict[str, Any]) -> str:
+    files = report.get("other_files", {})
+    named = [f"{path} x{n}" for path, n in files.items() if isinstance(path, str)] if isinstance(files, dict) else []
+    return ", ".join(named[:3]) or "no file named"
 
 
 def _top_files(report: dict[str, Any], parts: tuple[str, ...]) -> str:

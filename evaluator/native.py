@@ -97,9 +97,16 @@ def _compiler_id(cxx: str) -> str:
 def load_cpp(
     name: str, source: str, extra_cflags: Sequence[str] = (), openmp: bool = True, cxx: str = "g++",
 ) -> ctypes.CDLL:
-    """Compile an `extern "C"` C++ source into a shared library (cached) and load it."""
+    """Compile an `extern "C"` C++ source into a shared library (cached) and load it. In a worker whose
+    judge builds (`set_judge_builder`), the judge builds it and this loads the judge's artifact."""
     flags = [*DEFAULT_CXX_FLAGS, *(["-fopenmp"] if openmp else []), *extra_cflags]
     _check_flags(flags)
+    if _JUDGE_BUILDER is not None:
+        from agentforge.evaluator.protocol.messages import Build
+
+        path = _built_by_judge(Build("lean-cpp", name, [source], extra_cflags=[str(f) for f in extra_cflags],
+                                     openmp=bool(openmp)), {"cpp": source}, tuple(flags))
+        return ctypes.CDLL(path)
     key = build_cache.build_key("lean-cpp", [source], flags, _compiler_id(cxx))
     target = build_cache.entry("lean-cpp", key)
     library = target.folder / "kernel.so"  # the key covers the source, not the name
@@ -313,7 +320,7 @@ def torch_inline_sources(folder: Path, name: str, cpp_sources: Sequence[str], cu
     return [Path(p) for p in written]
 
 
-def extension_pch(plan: TorchBuildPlan, build: bool = True) -> tuple[Path | None, str]:
+def extension_pch(plan: TorchBuildPlan, build: bool = True, trusted_only: bool = False) -> tuple[Path | None, str]:
     """A precompiled `torch/extension.h` for the C++ compile of `plan`, from the build cache.
 
     Returns the folder to put first on the include path (g++ then finds
@@ -337,6 +344,8 @@ def extension_pch(plan: TorchBuildPlan, build: bool = True) -> tuple[Path | None
     trusted = build_cache.trusted_entry("pch", key)
     if trusted.ready:
         return trusted.folder, f"{trusted.folder / PCH_HEADER}.gch (prebuilt by the parent)"
+    if trusted_only:  # a judge's build reads no header a candidate's worker could have written
+        return None, "no precompiled header prebuilt by the parent for these flags yet"
     target = build_cache.entry("pch", key)
     if target.ready:
         return target.folder, f"{target.folder / PCH_HEADER}.gch"
@@ -449,15 +458,23 @@ def cached_load_inline(name: str, cpp_sources: Any = (), cuda_sources: Any = (),
         BUILD_EVENTS.append(BuildEvent("load_inline", name, False, 0.0, False, exc.log, error=str(exc),
                                        sources={"cpp": "\n".join(cpp), "cuda": "\n".join(cuda)}, flags=tuple(flags)))
         raise
-    import torch
+    key = inline_key(cpp, cuda, functions, flags)
+    # A module name unique to the content: two candidates named "relu_ext" never collide.
+    unique_name = f"{name}_{key[:12]}"
+    if _JUDGE_BUILDER is not None:
+        from agentforge.evaluator.protocol.messages import Build
 
-    key = build_cache.build_key("load_inline", [*cpp, "\0cuda\0", *cuda, repr(functions)], flags,
-                                f"torch-{torch.__version__}")
+        path = _built_by_judge(Build("load_inline", name, cpp, cuda_sources=cuda, functions=functions,
+                                     extra_cflags=_strings(extra_cflags), extra_cuda_cflags=_strings(extra_cuda_cflags),
+                                     extra_ldflags=_strings(extra_ldflags),
+                                     extra_include_paths=_strings(extra_include_paths),
+                                     with_cuda=None if with_cuda is None else bool(with_cuda),
+                                     is_python_module=bool(is_python_module)),
+                               {"cpp": "\n".join(cpp), "cuda": "\n".join(cuda)}, tuple(flags))
+        return _import_built(unique_name, path, bool(is_python_module))
     target = build_cache.entry("load_inline", key)
     target.folder.mkdir(parents=True, exist_ok=True)
     was_cached = target.ready
-    # A module name unique to the content: two candidates named "relu_ext" never collide.
-    unique_name = f"{name}_{key[:12]}"
     started = time.perf_counter()
     event = BuildEvent("load_inline", name, False, 0.0, was_cached, sources={"cpp": "\n".join(cpp),
                        "cuda": "\n".join(cuda)}, flags=tuple(flags))
@@ -487,6 +504,148 @@ def cached_load_inline(name: str, cpp_sources: Any = (), cuda_sources: Any = (),
     event.log = f"precompiled header: {event.pch or 'none'}\n{captured.text()}"
     (target.folder / "READY").write_text("ok\n")
     return module
+
+
+def inline_key(cpp: Sequence[str], cuda: Sequence[str], functions: Any, flags: Sequence[str]) -> str:
+    """The build cache's key of one `load_inline` call (also the suffix of its module's name)."""
+    import torch
+
+    return build_cache.build_key("load_inline", [*cpp, "\0cuda\0", *cuda, repr(functions)], flags,
+                                f"torch-{torch.__version__}")
+
+
+def _strings(values: Any) -> list[str]:
+    return [str(v) for v in (values or [])]
+
+
+# ----- builds by the judge ----------------------------------------------------------------------
+# In a worker whose judge builds (`messages.Setup.judge_builds`), `load_cpp` and `load_inline` send
+# the judge a `Build` and load the artifact it hands back: a file the judge wrote and hashed, built by
+# the control worker (which never runs candidate code), so that the judge's sampler counts as the
+# candidate's own code only what the judge built (`judge.judge_builds`).
+
+_JUDGE_BUILDER: Any = None  # Callable[[Build], dict]: the worker's channel to its judge
+
+
+def set_judge_builder(builder: Any) -> None:
+    """Set by the worker's process at setup (`sandbox.worker`); None builds here, as before."""
+    global _JUDGE_BUILDER
+    _JUDGE_BUILDER = builder
+
+
+def _built_by_judge(build: Any, sources: dict[str, str], flags: tuple[str, ...]) -> str:
+    """The path of the judge's artifact for `build`, recorded in `BUILD_EVENTS` as a build here is."""
+    started = time.perf_counter()
+    reply = _JUDGE_BUILDER(build)
+    ok = reply.get("ok") is True and isinstance(reply.get("path"), str)
+    event = BuildEvent(build.kind, build.name, ok, float(reply.get("seconds") or time.perf_counter() - started),
+                       reply.get("cached") is True, str(reply.get("log", ""))[-20000:], sources, flags,
+                       pch=str(reply.get("pch", "")), error=str(reply.get("error", "")))
+    BUILD_EVENTS.append(event)
+    if not ok:
+        raise BuildError(event.error or f"the judge's build of {build.name} failed", event.log)
+    return str(reply["path"])
+
+
+def _import_built(module_name: str, path: str, is_python_module: bool) -> Any:
+    """What torch's `load_inline` returns for a finished build at `path`: the extension module, or
+    (not a Python module) the library loaded into torch.ops and its path."""
+    if not is_python_module:
+        import torch
+
+        torch.ops.load_library(path)
+        return path
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.ExtensionFileLoader(module_name, path)
+    spec = importlib.util.spec_from_file_location(module_name, path, loader=loader)
+    if spec is None:
+        raise BuildError(f"the judge's build of {module_name} cannot be imported", log=path)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def build_artifact(build: Any) -> dict[str, Any]:
+    """Build `build` (a `messages.Build`) here, in a fresh private folder, and return the artifact's
+    bytes (a uint8 tensor), or why it failed: the control worker's side of a judge's build. Nothing
+    built is loaded or imported here, and nothing is read from the candidate's build cache (its
+    precompiled header included): only the parent's trusted tree."""
+    import torch
+
+    started = time.perf_counter()
+    folder = Path(tempfile.mkdtemp(prefix="agentforge-judge-build-"))
+    try:
+        if build.kind == "lean-cpp":
+            flags = [*DEFAULT_CXX_FLAGS, *(["-fopenmp"] if build.openmp else []), *build.extra_cflags]
+            _check_flags(flags)
+            if len(build.sources) != 1:
+                raise BuildError("a lean C++ build takes exactly one source", log="")
+            (folder / "kernel.cpp").write_text(build.sources[0])
+            command = ["g++", *flags, "kernel.cpp", "-o", "kernel.so"]
+            proc = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=600)
+            log, pch, library = f"$ {' '.join(command)}\n{proc.stdout}{proc.stderr}", "", folder / "kernel.so"
+            if proc.returncode != 0:
+                raise BuildError(f"g++ failed to build {build.name} (exit {proc.returncode})", log)
+        elif build.kind == "load_inline":
+            library, log, pch = _inline_artifact(build, folder)
+        else:
+            raise BuildError(f"no such build kind {build.kind!r}", log="")
+        data = library.read_bytes()
+        return {"ok": True, "artifact": torch.frombuffer(bytearray(data), dtype=torch.uint8), "log": log[-20000:],
+                "pch": pch, "seconds": time.perf_counter() - started}
+    except BuildError as exc:
+        return {"ok": False, "error": str(exc), "log": exc.log[-20000:], "seconds": time.perf_counter() - started}
+    except Exception as exc:
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000], "log": "",
+                "seconds": time.perf_counter() - started}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _inline_artifact(build: Any, folder: Path) -> tuple[Path, str, str]:
+    """torch's own `load_inline` build of `build` in `folder`, stopped before the import: (library,
+    log, the precompiled header it read)."""
+    from torch.utils import cpp_extension
+
+    flags = [*build.extra_cflags, "|", *build.extra_cuda_cflags, "|", *build.extra_ldflags]
+    _check_flags(flags)
+    cuda = list(build.cuda_sources)
+    with_cuda = bool(cuda) or bool(build.with_cuda)
+    unique_name = f"{build.name}_{inline_key(build.sources, cuda, build.functions, flags)[:12]}"
+    try:
+        with tempfile.TemporaryDirectory(prefix="agentforge-plan-") as tmp:
+            pch_folder, pch = extension_pch(_inline_plan(Path(tmp), unique_name, with_cuda, build.extra_cflags,
+                                                         build.extra_include_paths), build=False, trusted_only=True)
+    except Exception as exc:
+        pch_folder, pch = None, f"no precompiled header: {type(exc).__name__}: {exc}"
+    built: list[str] = []
+
+    def stop_before_import(module_name: str, path: str, is_python_module: bool) -> Any:
+        built.append(str(Path(path) / f"{module_name}.so"))
+        return None
+
+    saved = cpp_extension._import_module_from_library
+    cpp_extension._import_module_from_library = stop_before_import
+    captured = None
+    try:
+        with _captured_build_output() as captured, torch_cuda_home(with_cuda):
+            _torch_load_inline()(
+                unique_name, cpp_sources=list(build.sources), cuda_sources=cuda or None, functions=build.functions,
+                extra_cflags=build.extra_cflags, extra_cuda_cflags=build.extra_cuda_cflags,
+                extra_ldflags=build.extra_ldflags,
+                extra_include_paths=[*([str(pch_folder)] if pch_folder else []), *build.extra_include_paths],
+                build_directory=str(folder), verbose=True, with_cuda=build.with_cuda,
+                is_python_module=build.is_python_module, use_pch=False)
+    except Exception as exc:
+        log = (captured.text() if captured else "") + f"\n{type(exc).__name__}: {exc}"
+        raise BuildError(f"load_inline failed to build {build.name}", log) from exc
+    finally:
+        cpp_extension._import_module_from_library = saved
+    if not built or not Path(built[0]).is_file():
+        raise BuildError(f"load_inline built no library for {build.name}", captured.text() if captured else "")
+    return Path(built[0]), f"precompiled header: {pch or 'none'}\n{captured.text()}", pch
 
 
 def _clear_stale_baton(folder: Path) -> None:

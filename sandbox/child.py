@@ -117,6 +117,8 @@ def _separation(result: EvalResult, worker: Any) -> EvalResult:
     if report.get("private_tmp") != "yes":
         open_to_worker.append(f"/tmp and /dev/shm shared with the judge ({report.get('private_tmp', 'unknown')})")
     report["not_protected"] = open_to_worker
+    if getattr(worker, "builds", None) is not None:
+        report["judge_built"] = worker.builds.report()
     settings = {**result.provenance.track_settings, "separation": report}
     return dataclasses.replace(result, provenance=dataclasses.replace(result.provenance, track_settings=settings))
 
@@ -150,15 +152,19 @@ def _set_up(worker: Any, request: ChildRequest) -> Any:
     fields = dict(workdir=request.workdir, limits=to_plain(request.limits), drop_to_uid=request.drop_to_uid,
                   cache_dir=job.cache_dir, cpu_threads=job.cpu_threads, device=job.device,
                   torch_switches=request.torch_switches, cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
-    worker.setup(**fields)
-    _set_up_control(worker, request, fields)
-    if getattr(worker, "sampler", None) is not None:
-        from agentforge.evaluator import build_cache
+    from agentforge.evaluator import build_cache
 
+    build_cache.set_cache_root(job.cache_dir)
+    builds, why = _set_up_control(worker, request, fields)
+    worker.setup(**fields, judge_builds=builds is not None)
+    worker.builds = builds
+    worker.separation["judge_builds"] = f"by the judge, stored in {builds.store}" if builds is not None else why
+    if getattr(worker, "sampler", None) is not None:
         if str(job.device).startswith("cuda"):  # a GPU call's host samples decide nothing; their cost is real
             worker.sampler.stop("not sampled on a CUDA device: the host's samples show the driver waiting")
+        elif builds is not None:  # the candidate's own code: what the judge built for it, by content
+            worker.sampler.set_judge_builds(builds)
         else:
-            build_cache.set_cache_root(job.cache_dir)
             worker.sampler.set_own_roots((str(build_cache.cache_root()),))
     from agentforge.evaluator import op_observer
 
@@ -168,23 +174,29 @@ def _set_up(worker: Any, request: ChildRequest) -> Any:
     return worker
 
 
-def _set_up_control(worker: Any, request: ChildRequest, fields: dict[str, Any]) -> None:
+def _set_up_control(worker: Any, request: ChildRequest, fields: dict[str, Any]) -> tuple[Any, str]:
     """The control worker (`judge.control`), set up as the candidate's where the job is timed on a
-    CPU (where its null round trips bound the candidate's outside windows); shut down elsewhere."""
+    CPU (where its null round trips bound the candidate's outside windows, and it makes the judge's
+    builds: the `JudgeBuilds` returned); shut down elsewhere ((None, why) returned)."""
     control = getattr(worker, "control", None)
     if control is None:
-        return
+        return None, "built by the worker: no control worker to build in"
     job = request.job
     # Timed on a CPU: the cpu backend (Triton there runs in its interpreter, CUDA compile-only or
     # emulated: neither is timed).
     if not (job.measure.timing and job.backend == "cpu" and not job.compile_only
             and not str(job.device).startswith("cuda")):
         worker.drop_control()
-        return
+        return None, "built by the worker: the job is not timed on a CPU"
     try:
         control.setup(**fields, sampled=False)
-    except Exception:
+    except Exception as exc:
         worker.drop_control()
+        return None, f"built by the worker: the control worker's setup failed ({type(exc).__name__})"
+    from agentforge.evaluator import build_cache
+    from agentforge.evaluator.judge.judge_builds import JudgeBuilds
+
+    return JudgeBuilds.open(control, build_cache.cache_root())
 
 
 def _start_worker(interpret: bool) -> Any:

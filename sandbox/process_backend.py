@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from agentforge.evaluator import header_prebuild
+from agentforge.evaluator import build_cache, header_prebuild
 from agentforge.evaluator.build_cache import TRUSTED_TREE
 from agentforge.evaluator.judge import baseline_cache, stage_budget
 from agentforge.evaluator.result import EvalJob, EvalResult
@@ -72,8 +72,8 @@ def prepare_cache(cache_dir: str, uid: int | None) -> None:
     path.mkdir(parents=True, exist_ok=True)
     if uid is not None and path.stat().st_uid != uid:
         for root, dirs, files in os.walk(path):
-            if root == str(path) and TRUSTED_TREE in dirs:  # the parent's own: read-only to the sandbox
-                dirs.remove(TRUSTED_TREE)
+            if root == str(path):  # the parent's and the judge's own: read-only to the sandbox
+                dirs[:] = [d for d in dirs if d not in (TRUSTED_TREE, build_cache.JUDGE_STORE)]
             for name in [*dirs, *files]:
                 os.lchown(os.path.join(root, name), uid, uid)
         os.chown(path, uid, uid)
@@ -205,6 +205,8 @@ class ProcessBackend:
                 os.chown(path, plan.drop_to_uid, plan.drop_to_uid)
             job_dir.chmod(0o711)
         prepare_cache(plan.cache_dir, plan.drop_to_uid)
+        build_cache.prepare_store(plan.cache_dir, None if plan.drop_to_uid is None
+                                  else isolation.judge_uid(plan.drop_to_uid))
         return workdir, plan, python
 
     def _run_in(self, job: EvalJob, job_dir: Path, started: str, clock: float,

@@ -127,6 +127,10 @@ def serve(sock: socket.socket) -> None:
         setup = Setup.parse(first)  # the judge's own first message: malformed, the worker exits (3)
         hardened = _harden(setup)
         _configure(setup)
+        if setup.judge_builds:
+            from agentforge.evaluator import native
+
+            native.set_judge_builder(lambda build: _ask_judge(sock, build))
         from agentforge.evaluator.worker.candidate_side import Worker, serve_request
 
         worker = Worker()
@@ -157,6 +161,13 @@ def serve(sock: socket.socket) -> None:
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+def _ask_judge(sock: socket.socket, build: messages.Build) -> dict[str, Any]:
+    """One build asked of the judge mid-request (`native.set_judge_builder`): its answer, a dict."""
+    wire.send(sock, {"op": build.op, **build.to_fields()})
+    answer = wire.receive(sock)
+    return answer if isinstance(answer, dict) else {"ok": False, "error": "the judge's answer is malformed"}
 
 
 def _seal(raw: dict[str, Any]) -> dict[str, Any]:

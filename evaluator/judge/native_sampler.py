@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import hashlib
 import mmap
 import os
 import platform
@@ -215,6 +216,11 @@ class NativeSampler:
         # Files that would count as the candidate's own (or as nothing known), read once for what they
         # hold: (kind, what it is) where that is not what their name or place says (`library_identity`).
         self.identified: dict[str, tuple[str, str] | None] = {}
+        # Where the judge builds the candidate's code (`judge_builds.JudgeBuilds`): a file in its store
+        # counts as the candidate's own only when its content hashes to an artifact the judge handed out.
+        self.judge_builds: Any = None
+        self.own_checked: dict[str, bool] = {}
+        self.other_files: dict[str, int] = {}  # samples of the candidate's calls in code of no known kind
         self.known = library_identity.KnownLibraries()
 
     @property
@@ -267,6 +273,12 @@ class NativeSampler:
         if self.maps[self.pid] is None:
             self.why = "the worker's memory map is not readable after its setup (not dumpable)"
             self.close()
+
+    def set_judge_builds(self, builds: Any) -> None:
+        """The candidate's own code is what `builds` (a `judge_builds.JudgeBuilds`) built: its store is
+        the one own root, and each file there is held to the hashes of what the judge handed out."""
+        self.judge_builds = builds
+        self.set_own_roots((str(builds.store),))
 
     def stop(self, why: str) -> None:
         """No sampling for this job (closing the judge's events ends it in every worker thread)."""
@@ -333,9 +345,13 @@ class NativeSampler:
                 self.unreadable += 1
             return
         kind = classify(path, self.own_roots)
+        if kind == "own" and self.judge_builds is not None and not self._judge_built(pid, path):
+            kind = "other"
         if kind in ("own", "other") and phase in (CALL, TIMED):
             kind = self._by_content(pid, path, kind)
         self.counts[phase][kind] += 1
+        if kind == "other" and phase in (CALL, TIMED):
+            self.other_files[path] = self.other_files.get(path, 0) + 1
         if phase in (CALL, TIMED) and (path in self.files or len(self.files) < 100):
             self.files[path] = self.files.get(path, 0) + 1
 
@@ -347,6 +363,19 @@ class NativeSampler:
             self.identified[path] = library_identity.identify(seen if os.path.exists(seen) else path, self.known)
         found = self.identified[path]
         return found[0] if found is not None else kind
+
+    def _judge_built(self, pid: int, path: str) -> bool:
+        """Whether the file at `path` (read through the worker's view of its files) is, byte for byte,
+        an artifact the judge built and handed out; read once per path."""
+        if path not in self.own_checked:
+            seen = f"/proc/{pid}/root{path}"
+            try:
+                with open(seen if os.path.exists(seen) else path, "rb") as f:
+                    digest = hashlib.file_digest(f, "sha256").hexdigest()
+            except OSError:
+                digest = ""
+            self.own_checked[path] = digest in self.judge_builds.artifacts
+        return self.own_checked[path]
 
     def _path(self, pid: int, ip: int) -> str | None:
         """The file at `ip` in process `pid` ("" for anonymous memory or a process gone), or None where
@@ -390,6 +419,10 @@ class NativeSampler:
             "files": dict(sorted(self.files.items(), key=lambda kv: -kv[1])[:12]),
             "identified": {path: {"kind": kind, "what": what}
                            for path, (kind, what) in ((p, f) for p, f in self.identified.items() if f)},
+            # How the candidate's own code was told: by the hashes of what the judge built, or by place.
+            "own_by": "judge_builds" if self.judge_builds is not None else "build_cache_path",
+            "not_judge_built": sorted(p for p, ok in self.own_checked.items() if not ok)[:20],
+            "other_files": dict(sorted(self.other_files.items(), key=lambda kv: -kv[1])[:5]),
         }
         return self.report
 

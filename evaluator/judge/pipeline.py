@@ -301,10 +301,15 @@ def _load(run: Run, drive_only: bool = False) -> dict[str, Any]:
         module_name=f"agentforge_candidate_{code_hash(job.candidate_source)}"))
 
 
-def _build_findings(reply: dict[str, Any]) -> list[integrity.StaticFinding]:
+def _build_findings(reply: dict[str, Any], client: WorkerClient) -> list[integrity.StaticFinding]:
     """What was actually built (flags and sources as the compiler got them, assembled at run time or
-    not), from the worker's build report: static evidence like the source's own."""
-    return _findings(evidence_items(reply.get("build_findings", [])))
+    not), from the worker's build report and, where the judge built them (`judge_builds`), from the
+    judge's own record of what it was asked to build: static evidence like the source's own."""
+    found = _findings(evidence_items(reply.get("build_findings", [])))
+    builds = getattr(client, "builds", None)
+    if builds is not None:
+        found += integrity.build_findings(builds.served)
+    return found
 
 
 def _findings(pairs: list[tuple[str, str]]) -> list[integrity.StaticFinding]:
@@ -322,7 +327,7 @@ def _build(run: Run) -> EvalResult | None:
     ctx.compile, run.load_error = _load_reply(run.loaded, run.job.backend)
     if run.loaded.get("compile_failed") is True:
         return _finish(ctx, Status.COMPILE_ERROR, error=run.load_error)
-    run.static += _build_findings(run.loaded)
+    run.static += _build_findings(run.loaded, run.client)
     return None
 
 
@@ -444,7 +449,7 @@ def _emulated_drive(run: Run) -> EvalResult | None:
     stops at the first call after them). The build stage is decided afterwards (`_emulated_build`)."""
     run.loaded = _load(run, drive_only=bool(run.static))
     _, run.load_error = _load_reply(run.loaded, run.job.backend)
-    run.static += _build_findings(run.loaded)
+    run.static += _build_findings(run.loaded, run.client)
     if run.load_error is None and run.loaded.get("has_model") is True:
         try:
             _check_shapes(run)

@@ -68,6 +68,8 @@ class WorkerClient:
         # The control worker (`judge.control`): started and set up as this one, never given candidate
         # code; its null round trips measure what the harness costs outside the timed windows now.
         self.control: WorkerClient | None = None
+        # The judge's builds for this worker (`judge.judge_builds`), served while it waits on a request.
+        self.builds: Any = None
 
     def setup(self, **fields: Any) -> None:
         """Send the first message (`messages.Setup`'s fields) and read the worker's separation."""
@@ -89,6 +91,8 @@ class WorkerClient:
         reply = self.send(messages.Seal())
         after = filters_of(self.pid)
         self.separation["sealed"] = str(reply.get("sealed", "no answer"))[:300]
+        if self.builds is not None:
+            self.builds.close("the worker is sealed for timing")
         self._seal_control()
         others = {self.control.pid} if self.control is not None else set()
         found = [("worker_unsealed", f"a process of the worker's alive when it was sealed: {h}")
@@ -144,6 +148,9 @@ class WorkerClient:
             message = {"id": ident, "op": op, **fields}
             wire.send(self.sock, message)
             reply = wire.receive(self.sock)
+            while reply.get("op") == messages.Build.op and self.builds is not None:
+                wire.send(self.sock, self.builds.serve(reply))  # the worker's build, mid-request
+                reply = wire.receive(self.sock)
         except wire.PeerClosed as exc:
             status, signum = self._exit_status()
             self._fail()

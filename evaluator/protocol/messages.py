@@ -129,6 +129,9 @@ class Setup(Request):
     # dumpable to its own uid. The control worker is not: the candidate's worker runs as the same uid,
     # and could otherwise open its /proc/PID/mem and slow it to loosen the bound it sets.
     sampled: bool = True
+    # Whether the judge builds this worker's native code (`judge.judge_builds`): its `load_cpp` and
+    # `load_inline` then ask the judge (a `Build` on its socket) and load the artifact it is handed.
+    judge_builds: bool = False
 
 
 @dataclass(frozen=True)
@@ -248,6 +251,29 @@ class Finish(Request):
 
 
 @dataclass(frozen=True)
+class Build(Request):
+    """One native build: asked of the judge by the candidate's worker (its `load_cpp` or `load_inline`,
+    mid-request, the protocol's one message from worker to judge), and of the control worker by the
+    judge, which builds it there and keeps the artifact's hash (`judge.judge_builds`). `kind` is
+    "lean-cpp" (`sources`: the one C++ source) or "load_inline" (`sources` the C++ ones,
+    `cuda_sources`, `functions` as `load_inline` takes them)."""
+
+    op: ClassVar[str] = "build"
+    kind: str
+    name: str
+    sources: list[str]
+    cuda_sources: list[str] = field(default_factory=list)
+    functions: Any = None
+    extra_cflags: list[str] = field(default_factory=list)
+    extra_cuda_cflags: list[str] = field(default_factory=list)
+    extra_ldflags: list[str] = field(default_factory=list)
+    extra_include_paths: list[str] = field(default_factory=list)
+    openmp: bool = True
+    with_cuda: bool | None = None
+    is_python_module: bool = True
+
+
+@dataclass(frozen=True)
 class Shutdown(Request):
     """The last message: the worker ends (`sandbox.worker.serve`); it is not answered."""
 
@@ -255,7 +281,7 @@ class Shutdown(Request):
 
 
 REQUESTS: dict[str, type[Request]] = {cls.op: cls for cls in (
-    Setup, Load, Drive, BuildReport, Construct, Call, Flush, Time, DeviceProfile, Seal, Finish, Shutdown)}
+    Setup, Load, Drive, BuildReport, Construct, Call, Flush, Time, DeviceProfile, Seal, Finish, Build, Shutdown)}
 
 
 def parse_request(raw: Any) -> Request:

@@ -34,6 +34,7 @@ from agentforge.evaluator.models import fingerprint, set_mode
 from agentforge.evaluator.protocol import messages
 from agentforge.evaluator.protocol.arena import Arena
 from agentforge.evaluator.protocol.messages import (
+    Build,
     BuildReport,
     Call,
     Construct,
@@ -429,6 +430,11 @@ class Worker:
                 self.observer_broken = f"{type(exc).__name__}: {str(exc)[:200]}"
             self.observer = op_observer.start()
         return self.observed
+
+    def handle_build(self, request: Build) -> dict[str, Any]:
+        """A native build the judge asks of the control worker (`native.build_artifact`): the
+        artifact's bytes, never loaded here."""
+        return native.build_artifact(request)
 
     def handle_finish(self, request: Finish) -> dict[str, Any]:
         evidence: list[list[str]] = self._late_writes()

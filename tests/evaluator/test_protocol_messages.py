@@ -14,6 +14,7 @@ import pytest
 import torch
 from agentforge.evaluator.protocol import messages, wire
 from agentforge.evaluator.protocol.messages import (
+    Build,
     BuildReport,
     Call,
     CandidateRaised,
@@ -38,7 +39,8 @@ SLOTS = [{"dtype": "float32", "shape": [4, 5], "chunks": 1}]
 # One of each request, every field set where the judge ever sets it.
 EXAMPLES: list[Request] = [
     Setup(workdir="/w", cache_dir="/c", cpu_threads=1, device="cpu", torch_switches=True,
-          limits={"file_size_bytes": 1 << 20}, drop_to_uid=1000, cuda_visible_devices="0", sampled=False),
+          limits={"file_size_bytes": 1 << 20}, drop_to_uid=1000, cuda_visible_devices="0", sampled=False,
+          judge_builds=True),
     Load(source="class ModelNew: ...", backend="cpu", compile_only=False, arch="sm_90a", device="cpu",
          module_name="agentforge_candidate_x", interpret=True, emulate=False, drive_only=True),
     Drive(init=[3, 1.5], inputs=[{"__empty__": [[2, 3], "float32"]}, 7], arch="sm_90a", backend="cuda"),
@@ -53,6 +55,8 @@ EXAMPLES: list[Request] = [
     Time(key="cand", want_output=False, args=ARENA, arena_slots=SLOTS, landing_slots=SLOTS),
     DeviceProfile(key="cand", reps=5, args=ARENA),
     Seal(),
+    Build(kind="load_inline", name="relu_ext", sources=["torch::Tensor relu(torch::Tensor x);"], cuda_sources=[],
+          functions=["relu"], extra_cflags=["-O3"], extra_ldflags=[], with_cuda=False, is_python_module=True),
     Finish(),
     Shutdown(),
 ]
@@ -68,7 +72,7 @@ def _over_the_wire(message: Request, ident: int = 7) -> dict[str, Any]:
 def test_every_op_has_one_message() -> None:
     assert sorted(messages.REQUESTS) == sorted(
         ["setup", "load", "drive", "build_report", "construct", "call", "flush", "time", "device_profile",
-         "seal", "finish", "shutdown"])
+         "seal", "finish", "build", "shutdown"])
     assert {type(m) for m in EXAMPLES} == set(messages.REQUESTS.values())
 
 

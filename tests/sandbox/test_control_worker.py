@@ -46,6 +46,13 @@ def test_a_timed_cpu_verdict_holds_the_worker_to_the_control_beside_it(tmp_path:
     notes = "\n".join(result.timing.notes)
     assert "the same staging and flush cost the control worker" in notes, notes
     assert "null round trips (CPU, trimmed means)" in notes, notes
+    # The kernel was built by the judge (in the control), and the sampler told it by its content.
+    separation = result.provenance.track_settings["separation"]
+    builds = separation["judge_built"]["builds"]
+    assert [(b["kind"], b["name"], b["ok"]) for b in builds] == [("lean-cpp", "control_relu", True)], separation
+    assert len(builds[0]["sha256"]) == 16 and separation["judge_builds"].startswith("by the judge, stored in")
+    sampling = result.provenance.track_settings["native_sampling"]
+    assert sampling["own_by"] == "judge_builds" and sampling["coverage"]["own_timed"] > 0, sampling
 
 
 REACH_FOR_THE_CONTROL = """
