@@ -157,6 +157,8 @@ def _set_up(worker: Any, request: ChildRequest) -> Any:
     build_cache.set_cache_root(job.cache_dir)
     builds, why = _set_up_control(worker, request, fields)
     worker.setup(**fields, judge_builds=builds is not None)
+    if builds is not None and worker.separation.get("worker_uid") == os.getuid():
+        builds.reuse = False  # the store is the worker's to write too: every build is made afresh
     worker.builds = builds
     worker.separation["judge_builds"] = f"by the judge, stored in {builds.store}" if builds is not None else why
     if getattr(worker, "sampler", None) is not None:

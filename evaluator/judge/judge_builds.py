@@ -71,6 +71,9 @@ class JudgeBuilds:
     artifacts: dict[str, str] = field(default_factory=dict)  # sha256 -> path handed out
     served: list[Served] = field(default_factory=list)
     closed: str = ""  # why no more builds are served (the worker sealed, the control lost)
+    # Whether a stored artifact is served again: not where the worker runs as the judge's uid (started
+    # without root), which could write the store and plant an artifact at a key it can compute.
+    reuse: bool = True
 
     @classmethod
     def open(cls, control: Any, cache_dir: str | os.PathLike[str]) -> tuple[JudgeBuilds | None, str]:
@@ -101,12 +104,16 @@ class JudgeBuilds:
             return {"op": "built", "ok": False, "error": refused}
         key = build_cache.build_key(f"judge-{build.kind}", [json.dumps(build.to_fields(), sort_keys=True, default=str)],
                                     [], _toolchain())
+        if not self.reuse:  # the worker's uid may write the store: nothing in it is read back
+            key = f"{key}-{os.urandom(6).hex()}"
         target = self.store / build.kind / key
-        answer = self._cached(target) or self._build(build, target)
+        answer = (self._cached(target) if self.reuse else None) or self._build(build, target)
+        digest = answer.pop("sha256", "")
         record.ok, record.cached = answer["ok"], answer.get("cached") is True
         record.seconds, record.error = time.perf_counter() - started, str(answer.get("error", ""))
         if record.ok:
-            record.sha256 = self._hash(Path(answer["path"]))
+            record.sha256 = digest
+            self.artifacts[digest] = str(answer["path"])
             answer["seconds"] = record.seconds
         return {"op": "built", **answer}
 
@@ -127,7 +134,8 @@ class JudgeBuilds:
         artifact = target / _ARTIFACT
         if judges(target) and judges(artifact) and (target / "log.txt").is_file():
             return {"ok": True, "path": str(artifact), "cached": True, "log": (target / "log.txt").read_text()[-20000:],
-                    "pch": (target / "pch.txt").read_text() if (target / "pch.txt").is_file() else ""}
+                    "pch": (target / "pch.txt").read_text() if (target / "pch.txt").is_file() else "",
+                    "sha256": hashlib.sha256(artifact.read_bytes()).hexdigest()}
         return None
 
     def _build(self, build: messages.Build, target: Path) -> dict[str, Any]:
@@ -146,7 +154,8 @@ class JudgeBuilds:
             target.parent.mkdir()
             target.parent.chmod(0o755)  # the judge's umask may be 077: the worker reads what it is handed
         staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=target.parent))
-        (staging / _ARTIFACT).write_bytes(data.numpy().tobytes())
+        content = data.numpy().tobytes()
+        (staging / _ARTIFACT).write_bytes(content)
         (staging / "log.txt").write_text(log)
         (staging / "pch.txt").write_text(pch)
         for path in staging.iterdir():
@@ -158,12 +167,10 @@ class JudgeBuilds:
             shutil.rmtree(staging, ignore_errors=True)
             stored = self._cached(target)
             return stored or {"ok": False, "error": "the judge's store entry is not the judge's", "log": log}
-        return {"ok": True, "path": str(target / _ARTIFACT), "cached": False, "log": log, "pch": pch}
-
-    def _hash(self, path: Path) -> str:
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        self.artifacts[digest] = str(path)
-        return digest
+        # The hash of the bytes the control built, not of the file read back: a file is the sampler's
+        # to check when mapped, whatever happened to it in between.
+        return {"ok": True, "path": str(target / _ARTIFACT), "cached": False, "log": log, "pch": pch,
+                "sha256": hashlib.sha256(content).hexdigest()}
 
     def close(self, why: str) -> None:
         """No builds from now on (the worker is sealed for timing: a build then is refused)."""

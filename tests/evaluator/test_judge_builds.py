@@ -159,3 +159,24 @@ def test_the_parent_gives_the_store_to_the_judges_uid_and_the_sandbox_cannot_tak
     os.chown(store, 65534, 65534)  # as a candidate's swap would leave it
     build_cache.prepare_store(cache, judge_uid(65534))
     assert store.stat().st_uid == judge_uid(65534) and not store.stat().st_mode & 0o022
+
+
+def test_where_the_worker_shares_the_judges_uid_nothing_stored_is_served_again(control, tmp_path) -> None:
+    """Started without root the worker runs as the judge's uid and could plant an artifact at a key it
+    can compute: every build is then made afresh, and what counts is the hash of the bytes built."""
+    builds, _ = JudgeBuilds.open(control, tmp_path / "cache")
+    assert builds is not None
+    builds.reuse = False
+    first = builds.serve(_ask("lean-cpp", "add_one", [ADD_ONE], openmp=False))
+    second = builds.serve(_ask("lean-cpp", "add_one", [ADD_ONE], openmp=False))
+    assert first["ok"] is True and second["ok"] is True and first["path"] != second["path"]
+    assert first["cached"] is False and second["cached"] is False
+    path = Path(str(first["path"]))
+    built = builds.served[0].sha256
+    sampler = NativeSampler(os.getpid(), [])
+    sampler.set_judge_builds(builds)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.chmod(0o644)
+    path.write_bytes(bytes(data))  # changed after the judge handed it out
+    assert built in builds.artifacts and not sampler._judge_built(os.getpid(), str(path))
