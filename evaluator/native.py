@@ -451,6 +451,8 @@ def cached_load_inline(name: str, cpp_sources: Any = (), cuda_sources: Any = (),
     passed on: see `extension_pch`)."""
     cpp = _as_list(cpp_sources)
     cuda = _as_list(cuda_sources)
+    # As it travels to the judge (a tuple arrives as a list): the module's name is keyed on its repr.
+    functions = list(functions) if isinstance(functions, tuple) else functions
     flags = [*(extra_cflags or []), "|", *(extra_cuda_cflags or []), "|", *(extra_ldflags or [])]
     try:
         _check_flags(flags)
