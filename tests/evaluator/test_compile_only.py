@@ -67,6 +67,15 @@ class ModelNew(nn.Module):
         return y
 '''
 
+# LEAN with no torch header in cuda.cu (its own `#include <torch/extension.h>` in the glue, which the
+# generated bindings need): the same two objects, but nvcc takes seconds instead of a minute of torch's
+# headers. For the tests whose point is the glue or nvcc's error, not the KernelBench header.
+LEAN_LIGHT = LEAN.replace(
+    'load_inline("lean_relu", cpp_sources=CPP, cuda_sources=CUDA, functions=["launch"])',
+    'load_inline("lean_relu", cpp_sources="#include <torch/extension.h>\\n" + CPP, cuda_sources=CUDA, '
+    'functions=["launch"], no_implicit_headers=True)')
+assert LEAN_LIGHT != LEAN
+
 # load_inline calls whose CUDA source needs no torch header (`no_implicit_headers`), so torch's
 # build and this one take seconds: what they test is the flags. Each wrong one has its right twin.
 WIDEN = """#include <cuda_bf16.h>
@@ -188,7 +197,7 @@ def test_a_cuda_candidate_compiles_for_sm90a_with_its_resources(fresh_cache: Pat
 
 @pytest.mark.slow
 def test_a_broken_cuda_source_is_a_compile_error_with_the_compilers_message(fresh_cache: Path) -> None:
-    broken = LEAN.replace("tile[threadIdx.x] = i < n", "tile[threadIdx.x] = undeclared_name + (i < n")
+    broken = LEAN_LIGHT.replace("tile[threadIdx.x] = i < n", "tile[threadIdx.x] = undeclared_name + (i < n")
     result = run_pipeline(job(broken, fresh_cache), launch_worker)
     assert result.status == Status.COMPILE_ERROR and result.stage == Stage.BUILD, result.error
     assert result.error is not None and "nvcc failed" in result.error.message
@@ -214,8 +223,8 @@ def test_a_glue_declaration_the_cuda_side_does_not_define_fails_before_the_impor
     """Both objects compile, but main.cpp calls launch(const float*, float*, long) and cuda.cu
     defines launch(const float*, float*, int): on a GPU the link passes and the import fails
     ("undefined symbol"); here the verdict says so at the build."""
-    mismatched = LEAN.replace("void launch(const float* x, float* y, long n) { relu_kernel",
-                              "void launch(const float* x, float* y, int n) { relu_kernel")
+    mismatched = LEAN_LIGHT.replace("void launch(const float* x, float* y, long n) { relu_kernel",
+                                    "void launch(const float* x, float* y, int n) { relu_kernel")
     result = run_pipeline(job(mismatched, fresh_cache), launch_worker)
     assert result.status == Status.COMPILE_ERROR and result.stage == Stage.BUILD, result.summary()
     assert "do not define" in result.error.message
