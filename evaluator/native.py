@@ -482,8 +482,10 @@ def cached_load_inline(name: str, cpp_sources: Any = (), cuda_sources: Any = (),
                        "cuda": "\n".join(cuda)}, flags=tuple(flags))
     BUILD_EVENTS.append(event)
     includes = list(extra_include_paths or [])
+    # With no implicit headers, main.cpp reads torch/extension.h only where a source includes it.
+    reads_header = not kwargs.get("no_implicit_headers") or any(PCH_HEADER in source for source in cpp)
     pch_folder, event.pch = _pch_for_build(target, unique_name, bool(cuda) or bool(with_cuda), extra_cflags or [],
-                                           includes)
+                                           includes, reads_header)
     captured = None
     try:
         with (build_cache.locked("load_inline", key), _captured_build_output() as captured,
@@ -660,13 +662,17 @@ def _clear_stale_baton(folder: Path) -> None:
 
 
 def _pch_for_build(target: build_cache.CacheEntry, name: str, with_cuda: bool, extra_cflags: Sequence[str],
-                   extra_include_paths: Sequence[str]) -> tuple[Path | None, str]:
+                   extra_include_paths: Sequence[str], reads_header: bool = True) -> tuple[Path | None, str]:
     """The precompiled header folder for a build, chosen once: a finished build keeps the include
-    path it was built with, or ninja would see a new command and compile it again."""
+    path it was built with, or ninja would see a new command and compile it again. None where
+    main.cpp does not read the header (`reads_header`): building one would cost a minute for nothing."""
     chosen = target.folder / "pch-folder"
     if target.ready:
         recorded = chosen.read_text() if chosen.exists() else ""
         return (Path(recorded), recorded) if recorded else (None, "")
+    if not reads_header:
+        chosen.write_text("")
+        return None, f"none: main.cpp does not include {PCH_HEADER}"
     try:
         with tempfile.TemporaryDirectory(prefix="agentforge-plan-") as tmp:
             folder, note = extension_pch(_inline_plan(Path(tmp), name, with_cuda, extra_cflags,

@@ -5,6 +5,7 @@ leaves the kernel right, and cuts the compiler's work."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import resource
@@ -148,3 +149,18 @@ def test_past_four_headers_a_new_flag_set_builds_without_one(tmp_path: Path) -> 
     finally:
         build_cache.set_cache_root(None)
     assert folder is None and "holds 4" in note
+
+
+def test_a_build_whose_main_cpp_reads_no_torch_header_builds_no_header(tmp_path: Path) -> None:
+    """`no_implicit_headers` and no `#include <torch/extension.h>` of its own: main.cpp never reads the
+    header, so none is built for it (a minute of g++ that a lean source waited for, for nothing)."""
+    build_cache.set_cache_root(tmp_path)
+    try:
+        library = native.cached_load_inline("no_header", cpp_sources='extern "C" int answer() { return 42; }',
+                                            no_implicit_headers=True, is_python_module=False)
+    finally:
+        build_cache.set_cache_root(None)
+    event = native.BUILD_EVENTS[-1]
+    assert event.ok and event.pch == "none: main.cpp does not include torch/extension.h", event
+    assert not (tmp_path / f"build-uid{os.geteuid()}" / "pch").exists()
+    assert ctypes.CDLL(library).answer() == 42
