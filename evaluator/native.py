@@ -460,7 +460,8 @@ def cached_load_inline(name: str, cpp_sources: Any = (), cuda_sources: Any = (),
         BUILD_EVENTS.append(BuildEvent("load_inline", name, False, 0.0, False, exc.log, error=str(exc),
                                        sources={"cpp": "\n".join(cpp), "cuda": "\n".join(cuda)}, flags=tuple(flags)))
         raise
-    key = inline_key(cpp, cuda, functions, flags)
+    options = inline_options(with_pytorch_error_handling=with_pytorch_error_handling, **kwargs)
+    key = inline_key(cpp, cuda, functions, flags, options)
     # A module name unique to the content: two candidates named "relu_ext" never collide.
     unique_name = f"{name}_{key[:12]}"
     if _JUDGE_BUILDER is not None:
@@ -471,7 +472,7 @@ def cached_load_inline(name: str, cpp_sources: Any = (), cuda_sources: Any = (),
                                      extra_ldflags=_strings(extra_ldflags),
                                      extra_include_paths=_strings(extra_include_paths),
                                      with_cuda=None if with_cuda is None else bool(with_cuda),
-                                     is_python_module=bool(is_python_module)),
+                                     is_python_module=bool(is_python_module), **options),
                                {"cpp": "\n".join(cpp), "cuda": "\n".join(cuda)}, tuple(flags))
         return _import_built(unique_name, path, bool(is_python_module))
     target = build_cache.entry("load_inline", key)
@@ -483,7 +484,7 @@ def cached_load_inline(name: str, cpp_sources: Any = (), cuda_sources: Any = (),
     BUILD_EVENTS.append(event)
     includes = list(extra_include_paths or [])
     # With no implicit headers, main.cpp reads torch/extension.h only where a source includes it.
-    reads_header = not kwargs.get("no_implicit_headers") or any(PCH_HEADER in source for source in cpp)
+    reads_header = not options.get("no_implicit_headers") or any(PCH_HEADER in source for source in cpp)
     pch_folder, event.pch = _pch_for_build(target, unique_name, bool(cuda) or bool(with_cuda), extra_cflags or [],
                                            includes, reads_header)
     captured = None
@@ -510,12 +511,24 @@ def cached_load_inline(name: str, cpp_sources: Any = (), cuda_sources: Any = (),
     return module
 
 
-def inline_key(cpp: Sequence[str], cuda: Sequence[str], functions: Any, flags: Sequence[str]) -> str:
+# `load_inline`'s options that change what is compiled, with torch's defaults: a build keys on and
+# carries to the judge those that differ (so the keys of builds that set none stay as they were).
+INLINE_OPTION_DEFAULTS: dict[str, bool] = {"with_pytorch_error_handling": True, "no_implicit_headers": False}
+
+
+def inline_options(**given: Any) -> dict[str, bool]:
+    """The options among `given` that differ from torch's defaults, as booleans."""
+    return {name: bool(given[name]) for name, default in INLINE_OPTION_DEFAULTS.items()
+            if name in given and bool(given[name]) != default}
+
+
+def inline_key(cpp: Sequence[str], cuda: Sequence[str], functions: Any, flags: Sequence[str],
+               options: dict[str, bool] | None = None) -> str:
     """The build cache's key of one `load_inline` call (also the suffix of its module's name)."""
     import torch
 
-    return build_cache.build_key("load_inline", [*cpp, "\0cuda\0", *cuda, repr(functions)], flags,
-                                f"torch-{torch.__version__}")
+    parts = [*cpp, "\0cuda\0", *cuda, repr(functions), *([repr(sorted(options.items()))] if options else [])]
+    return build_cache.build_key("load_inline", parts, flags, f"torch-{torch.__version__}")
 
 
 def _strings(values: Any) -> list[str]:
@@ -617,13 +630,19 @@ def _inline_artifact(build: Any, folder: Path) -> tuple[Path, str, str]:
     _check_flags(flags)
     cuda = list(build.cuda_sources)
     with_cuda = bool(cuda) or bool(build.with_cuda)
-    unique_name = f"{build.name}_{inline_key(build.sources, cuda, build.functions, flags)[:12]}"
-    try:
-        with tempfile.TemporaryDirectory(prefix="agentforge-plan-") as tmp:
-            pch_folder, pch = extension_pch(_inline_plan(Path(tmp), unique_name, with_cuda, build.extra_cflags,
-                                                         build.extra_include_paths), build=False, trusted_only=True)
-    except Exception as exc:
-        pch_folder, pch = None, f"no precompiled header: {type(exc).__name__}: {exc}"
+    options = inline_options(with_pytorch_error_handling=build.with_pytorch_error_handling,
+                             no_implicit_headers=build.no_implicit_headers)
+    unique_name = f"{build.name}_{inline_key(build.sources, cuda, build.functions, flags, options)[:12]}"
+    if build.no_implicit_headers and not any(PCH_HEADER in source for source in build.sources):
+        pch_folder, pch = None, f"none: main.cpp does not include {PCH_HEADER}"
+    else:
+        try:
+            with tempfile.TemporaryDirectory(prefix="agentforge-plan-") as tmp:
+                pch_folder, pch = extension_pch(_inline_plan(Path(tmp), unique_name, with_cuda, build.extra_cflags,
+                                                             build.extra_include_paths), build=False,
+                                                trusted_only=True)
+        except Exception as exc:
+            pch_folder, pch = None, f"no precompiled header: {type(exc).__name__}: {exc}"
     built: list[str] = []
 
     def stop_before_import(module_name: str, path: str, is_python_module: bool) -> Any:
@@ -641,7 +660,9 @@ def _inline_artifact(build: Any, folder: Path) -> tuple[Path, str, str]:
                 extra_ldflags=build.extra_ldflags,
                 extra_include_paths=[*([str(pch_folder)] if pch_folder else []), *build.extra_include_paths],
                 build_directory=str(folder), verbose=True, with_cuda=build.with_cuda,
-                is_python_module=build.is_python_module, use_pch=False)
+                is_python_module=build.is_python_module, use_pch=False,
+                with_pytorch_error_handling=build.with_pytorch_error_handling,
+                no_implicit_headers=build.no_implicit_headers)
     except Exception as exc:
         log = (captured.text() if captured else "") + f"\n{type(exc).__name__}: {exc}"
         raise BuildError(f"load_inline failed to build {build.name}", log) from exc

@@ -271,6 +271,8 @@ class Build(Request):
     openmp: bool = True
     with_cuda: bool | None = None
     is_python_module: bool = True
+    with_pytorch_error_handling: bool = True
+    no_implicit_headers: bool = False
 
 
 @dataclass(frozen=True)

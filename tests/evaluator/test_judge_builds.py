@@ -180,3 +180,40 @@ def test_where_the_worker_shares_the_judges_uid_nothing_stored_is_served_again(c
     path.chmod(0o644)
     path.write_bytes(bytes(data))  # changed after the judge handed it out
     assert built in builds.artifacts and not sampler._judge_built(os.getpid(), str(path))
+
+
+# Reads no torch header, and cannot: with torch/extension.h above it, `at::Tensor` is redeclared.
+NO_TORCH = 'namespace at { int Tensor = 0; }\nextern "C" int add_two(int x) { return x + 2 + at::Tensor; }'
+
+
+def test_a_load_inline_without_implicit_headers_is_built_by_the_judge_as_asked(control, tmp_path) -> None:
+    """`no_implicit_headers` travels to the judge's build (it was dropped on the way, so the judge
+    compiled the source under torch's header) and is part of the key: the same sources with and
+    without it are two builds."""
+    builds, _ = JudgeBuilds.open(control, tmp_path / "cache")
+    assert builds is not None
+    asked: list[Build] = []
+
+    def judge(build: Build) -> dict[str, object]:
+        asked.append(build)
+        return builds.serve({"op": "build", **build.to_fields()})
+
+    native.set_judge_builder(judge)
+    try:
+        lib = native.cached_load_inline("no_torch", cpp_sources=NO_TORCH, is_python_module=False,
+                                        no_implicit_headers=True)
+    finally:
+        native.set_judge_builder(None)
+    assert isinstance(lib, str) and lib.startswith(str(builds.store))  # not a Python module: its path
+    assert ctypes.CDLL(lib).add_two(40) == 42
+    assert asked[0].no_implicit_headers is True and asked[0].with_pytorch_error_handling is True
+    event = native.BUILD_EVENTS[-1]
+    assert event.ok and event.pch.startswith("none: main.cpp does not include"), event.pch
+
+
+def test_load_inline_options_that_change_the_build_are_in_its_key() -> None:
+    plain = native.inline_key([ADD_ONE], [], None, [])
+    assert native.inline_key([ADD_ONE], [], None, [], native.inline_options(no_implicit_headers=False)) == plain
+    lean = native.inline_key([ADD_ONE], [], None, [], native.inline_options(no_implicit_headers=True))
+    bare = native.inline_key([ADD_ONE], [], None, [], native.inline_options(with_pytorch_error_handling=False))
+    assert len({plain, lean, bare}) == 3
