@@ -32,7 +32,10 @@ def render_result(console: Console, result: EvalResult, verbose: bool = False) -
         # Where the kernels ran when not on the device itself (the CPU emulation, Triton's
         # interpreter), or why they did not run: a verdict with no timing says so beside its checks.
         where = f"executed on {result.executed_on}" if result.executed_on else "not executed"
-        console.print(f"[cyan]{where}[/cyan]" + (f": {result.execution_note}" if result.execution_note else ""))
+        note = result.execution_note
+        if not result.executed_on and note.startswith(where):  # the note says it already
+            where, note = note, ""
+        console.print(f"[cyan]{where}[/cyan]" + (f": {note}" if note else ""))
     if result.correctness:
         table = Table("shape", "seed", "ok", "max abs err", "max rel err", "check", title="correctness")
         for r in result.correctness:

@@ -49,6 +49,21 @@ def test_where_the_kernels_ran_is_shown() -> None:
     assert "executed on" not in console.export_text()
 
 
+def test_a_note_that_says_not_executed_is_printed_once() -> None:
+    note = "not executed: the CPU emulation could not build: no __global__ kernel"
+    result = EvalResult(task_name="t", candidate_hash="h", backend="cuda", status=Status.OK, stage=Stage.DONE,
+                        execution_note=note)
+    console = Console(record=True, width=200)
+    render_result(console, result)
+    text = console.export_text()
+    assert note in text and "not executed: not executed" not in text
+    other = EvalResult(task_name="t", candidate_hash="h", backend="cuda", status=Status.OK, stage=Stage.DONE,
+                       execution_note="no GPU here")
+    console = Console(record=True, width=200)
+    render_result(console, other)
+    assert "not executed: no GPU here" in console.export_text()
+
+
 def test_first_error_line_skips_the_command_and_knows_nvcc() -> None:
     assert first_error_line("$ nvcc -o error.o x.cu\nx.cu(12): error: identifier \"foo\"") == \
         'x.cu(12): error: identifier "foo"'
