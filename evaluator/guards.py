@@ -144,14 +144,81 @@ def _reference_functions() -> dict[str, Any]:
 
 def _identity(value: Any) -> tuple[Any, ...]:
     """What must stay the same for a function to be the same function: the object itself and,
-    for Python functions (plain, static, class or bound), the parts that can be swapped in place."""
+    for Python functions (plain, static, class or bound), the parts that can be swapped in place,
+    the callables its closure holds among them (`_held`)."""
     target = value
     if isinstance(target, staticmethod | classmethod):
         target = target.__func__
     target = getattr(target, "__func__", target)
     if inspect.isfunction(target):
-        return (value, target.__code__, target.__defaults__, target.__kwdefaults__, target.__closure__)
+        return (value, target.__code__, target.__defaults__, target.__kwdefaults__, target.__closure__,
+                *_held(target))
     return (value,)
+
+
+def _disable_dynamo_code() -> Any:
+    """The code of the wrapper `torch._disable_dynamo` puts around a function (None where this
+    torch has no such wrapper)."""
+    try:
+        from torch import _compile
+
+        return _compile._disable_dynamo(lambda: None).__code__
+    except Exception:
+        return None
+
+
+_DISABLE_DYNAMO_CODE = _disable_dynamo_code()
+_DYNAMO_CACHE = "__dynamo_disable"  # where that wrapper keeps, on the function it wraps, what it calls
+
+
+def _held(target: Any) -> tuple[Any, ...]:
+    """The callables `target`'s closure holds now. `__closure__` stays the same tuple when a cell's
+    contents are reassigned (`cell.cell_contents = other`), so the contents are compared too: the
+    decorated function behind `torch.random.fork_rng` or `torch.manual_seed` swapped in place.
+    For `torch._disable_dynamo`'s wrapper (`torch.manual_seed`, every dispatch mode's
+    `__torch_dispatch__`, the OpRecorder's among them), also what it calls: the function it caches on
+    the one it wraps, on the first call or whenever a candidate sets it (`_fill_dynamo_cache`)."""
+    held: list[Any] = []
+    for cell in target.__closure__ or ():
+        try:
+            contents = cell.cell_contents
+        except ValueError:  # an empty cell
+            contents = None
+        held.append(contents if callable(contents) else None)
+    if _DISABLE_DYNAMO_CODE is not None and target.__code__ is _DISABLE_DYNAMO_CODE:
+        wrapped = _closure_value(target, "fn")
+        held.append(vars(wrapped).get(_DYNAMO_CACHE) if hasattr(wrapped, "__dict__") else None)
+    return tuple(held)
+
+
+def _closure_value(target: Any, name: str) -> Any:
+    for free, cell in zip(target.__code__.co_freevars, target.__closure__ or (), strict=False):
+        if free == name:
+            try:
+                return cell.cell_contents
+            except ValueError:
+                return None
+    return None
+
+
+def _fill_dynamo_cache(values: Iterable[Any]) -> None:
+    """Do now, for each `torch._disable_dynamo` wrapper among `values`, what its first call does:
+    cache `torch._dynamo.disable(fn)` on the function it wraps. A snapshot taken after this sees
+    that cache change only when something else writes it."""
+    if _DISABLE_DYNAMO_CODE is None:
+        return
+    for value in values:
+        target = getattr(value, "__func__", value)
+        if not inspect.isfunction(target) or target.__code__ is not _DISABLE_DYNAMO_CODE:
+            continue
+        wrapped = _closure_value(target, "fn")
+        if wrapped is None or not hasattr(wrapped, "__dict__") or vars(wrapped).get(_DYNAMO_CACHE) is not None:
+            continue
+        try:
+            setattr(wrapped, _DYNAMO_CACHE, torch._dynamo.disable(wrapped, _closure_value(target, "recursive"),
+                                                                   wrapping=False))
+        except Exception:  # as torch's own first call would then; compared as it is
+            continue
 
 
 def _candidate_code(value: Any) -> bool:
@@ -175,6 +242,7 @@ class TamperSnapshot:
                for owner, attr in _WATCHED_ATTRIBUTES}
         raw.update(_reference_functions())
         raw.update(_evaluator_functions())
+        _fill_dynamo_cache(raw.values())
         return cls({k: _identity(v) for k, v in raw.items()}, precision_switches())
 
     def changes(self) -> tuple[list[str], list[str]]:

@@ -194,3 +194,44 @@ def test_tamper_snapshot_covers_the_ops_the_reference_calls_and_the_task_loader(
         Task.make_inputs = saved_inputs
     assert {"torch.relu", "agentforge.task.Task.make_inputs"} <= set(patched)
     assert snapshot.changes() == ([], [])
+
+
+def test_tamper_snapshot_sees_a_closure_cell_swapped_in_place() -> None:
+    """`cell.cell_contents = other` leaves `__closure__` the same tuple: the function behind
+    `torch.random.fork_rng` (a context manager's generator) swapped that way is a patch."""
+    snapshot = guards.TamperSnapshot.take()
+    cell = torch.random.fork_rng.__closure__[0]
+    original = cell.cell_contents
+    cell.cell_contents = lambda *args, **kwargs: original(*args, **kwargs)
+    try:
+        patched, _ = snapshot.changes()
+    finally:
+        cell.cell_contents = original
+    assert patched == ["torch.random.fork_rng"]
+    assert snapshot.changes() == ([], [])
+
+
+def test_tamper_snapshot_sees_what_a_disable_dynamo_wrapper_is_told_to_call() -> None:
+    """torch's `_disable_dynamo` wrapper (the OpRecorder's `__torch_dispatch__`, `torch.manual_seed`)
+    calls what it caches on the function it wraps: set by a candidate, every operator the recorder
+    should count goes elsewhere, with no function replaced. Its own first call, after the snapshot,
+    is not a patch."""
+    snapshot = guards.TamperSnapshot.take()
+    torch.manual_seed(3)  # first calls after the snapshot
+    with guards.OpRecorder() as recorder:
+        torch.ones(3).relu()
+    assert recorder.counts.get("aten::relu") == 1
+    assert snapshot.changes() == ([], [])
+
+    wrapped = guards.OpRecorder.__torch_dispatch__.__wrapped__
+    cached = vars(wrapped)["__dynamo_disable"]
+    setattr(wrapped, "__dynamo_disable", lambda mode, func, types, args=(), kwargs=None: func(*args, **(kwargs or {})))
+    try:
+        with guards.OpRecorder() as blind:
+            torch.ones(3).relu()
+        patched, _ = snapshot.changes()
+    finally:
+        setattr(wrapped, "__dynamo_disable", cached)
+    assert blind.counts == {}  # what the door does: the recorder saw nothing
+    assert patched == ["agentforge.evaluator.guards.OpRecorder.__torch_dispatch__"]
+    assert snapshot.changes() == ([], [])
