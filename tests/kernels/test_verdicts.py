@@ -33,7 +33,9 @@ def test_cpu_kernel_is_accepted(kernel):
     job = make_job(task, Candidate(kernel.source, backend="cpu"), device="cpu", shapes=(shape,),
                    timing_shape=shape, measure=Measure(baselines=("eager",), compile_modes=()), timing=QUICK)
     result = run_pipeline(job, launch_worker)
-    assert result.accepted, result.summary()
+    # the flags' evidence, not only their names: a timing_disagreement says which clock disagreed
+    assert result.accepted, (result.summary(), [(f.rule, f.evidence) for f in result.flags],
+                             result.timing.notes if result.timing else None)
     assert result.candidate_us is not None and result.eager_us is not None
 
 
