@@ -35,6 +35,17 @@ def control(tmp_path: Path) -> Iterator[object]:
         client.close()
 
 
+def _recording_judge(builds: JudgeBuilds) -> tuple[list[Build], object]:
+    """The worker's channel to its judge, served by `builds`, and the list of what it was asked."""
+    asked: list[Build] = []
+
+    def judge(build: Build) -> dict[str, object]:
+        asked.append(build)
+        return builds.serve({"op": "build", **build.to_fields()})
+
+    return asked, judge
+
+
 def _ask(kind: str, name: str, sources: list[str], **fields: object) -> dict[str, object]:
     return {"id": 7, "op": "build", **Build(kind, name, sources, **fields).to_fields()}
 
@@ -125,11 +136,7 @@ def test_samples_in_code_the_judge_did_not_build_are_a_library_fallback() -> Non
 def test_load_cpp_asks_the_judge_and_loads_what_it_is_handed(control, tmp_path) -> None:
     builds, _ = JudgeBuilds.open(control, tmp_path / "cache")
     assert builds is not None
-    asked: list[Build] = []
-
-    def judge(build: Build) -> dict[str, object]:
-        asked.append(build)
-        return builds.serve({"op": "build", **build.to_fields()})
+    asked, judge = _recording_judge(builds)
 
     before = len(native.BUILD_EVENTS)
     native.set_judge_builder(judge)
@@ -187,16 +194,11 @@ NO_TORCH = 'namespace at { int Tensor = 0; }\nextern "C" int add_two(int x) { re
 
 
 def test_a_load_inline_without_implicit_headers_is_built_by_the_judge_as_asked(control, tmp_path) -> None:
-    """`no_implicit_headers` travels to the judge's build (it was dropped on the way, so the judge
-    compiled the source under torch's header) and is part of the key: the same sources with and
-    without it are two builds."""
+    """`no_implicit_headers` travels to the judge's build: it was dropped on the way, so the judge
+    compiled this source under torch's header, where it cannot build."""
     builds, _ = JudgeBuilds.open(control, tmp_path / "cache")
     assert builds is not None
-    asked: list[Build] = []
-
-    def judge(build: Build) -> dict[str, object]:
-        asked.append(build)
-        return builds.serve({"op": "build", **build.to_fields()})
+    asked, judge = _recording_judge(builds)
 
     native.set_judge_builder(judge)
     try:
