@@ -187,7 +187,14 @@ def _held(target: Any) -> tuple[Any, ...]:
         held.append(contents if callable(contents) else None)
     if _DISABLE_DYNAMO_CODE is not None and target.__code__ is _DISABLE_DYNAMO_CODE:
         wrapped = _closure_value(target, "fn")
-        held.append(vars(wrapped).get(_DYNAMO_CACHE) if hasattr(wrapped, "__dict__") else None)
+        cached = vars(wrapped).get(_DYNAMO_CACHE) if hasattr(wrapped, "__dict__") else None
+        if inspect.isfunction(cached):
+            # dynamo's `_fn`, one level down: its own cells (the function it calls, and its
+            # DisableContext, whose `callback` it installs as the frame hook) can be swapped as well
+            context = _closure_value(cached, "self")
+            held += [*_identity(cached), getattr(context, "callback", None)]
+        else:
+            held.append(cached)
     return tuple(held)
 
 

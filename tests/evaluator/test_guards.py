@@ -235,3 +235,14 @@ def test_tamper_snapshot_sees_what_a_disable_dynamo_wrapper_is_told_to_call() ->
     assert blind.counts == {}  # what the door does: the recorder saw nothing
     assert patched == ["agentforge.evaluator.guards.OpRecorder.__torch_dispatch__"]
     assert snapshot.changes() == ([], [])
+
+    # one level down: the function dynamo's cached wrapper calls, swapped through its own cell
+    cell = dict(zip(cached.__code__.co_freevars, cached.__closure__, strict=True))["fn"]
+    original = cell.cell_contents
+    cell.cell_contents = lambda mode, func, types, args=(), kwargs=None: func(*args, **(kwargs or {}))
+    try:
+        patched, _ = snapshot.changes()
+    finally:
+        cell.cell_contents = original
+    assert patched == ["agentforge.evaluator.guards.OpRecorder.__torch_dispatch__"]
+    assert snapshot.changes() == ([], [])
