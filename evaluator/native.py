@@ -483,10 +483,8 @@ def cached_load_inline(name: str, cpp_sources: Any = (), cuda_sources: Any = (),
                        "cuda": "\n".join(cuda)}, flags=tuple(flags))
     BUILD_EVENTS.append(event)
     includes = list(extra_include_paths or [])
-    # With no implicit headers, main.cpp reads torch/extension.h only where a source includes it.
-    reads_header = not options.get("no_implicit_headers") or any(PCH_HEADER in source for source in cpp)
     pch_folder, event.pch = _pch_for_build(target, unique_name, bool(cuda) or bool(with_cuda), extra_cflags or [],
-                                           includes, reads_header)
+                                           includes, _reads_extension_header(cpp, options))
     captured = None
     try:
         with (build_cache.locked("load_inline", key), _captured_build_output() as captured,
@@ -520,6 +518,12 @@ def inline_options(**given: Any) -> dict[str, bool]:
     """The options among `given` that differ from torch's defaults, as booleans."""
     return {name: bool(given[name]) for name, default in INLINE_OPTION_DEFAULTS.items()
             if name in given and bool(given[name]) != default}
+
+
+def _reads_extension_header(cpp: Sequence[str], options: dict[str, bool]) -> bool:
+    """Whether main.cpp reads torch/extension.h: always, but with no implicit headers, where a
+    source includes it (a precompiled header built for one that does not would cost a minute)."""
+    return not options.get("no_implicit_headers") or any(PCH_HEADER in source for source in cpp)
 
 
 def inline_key(cpp: Sequence[str], cuda: Sequence[str], functions: Any, flags: Sequence[str],
@@ -633,7 +637,7 @@ def _inline_artifact(build: Any, folder: Path) -> tuple[Path, str, str]:
     options = inline_options(with_pytorch_error_handling=build.with_pytorch_error_handling,
                              no_implicit_headers=build.no_implicit_headers)
     unique_name = f"{build.name}_{inline_key(build.sources, cuda, build.functions, flags, options)[:12]}"
-    if build.no_implicit_headers and not any(PCH_HEADER in source for source in build.sources):
+    if not _reads_extension_header(build.sources, options):
         pch_folder, pch = None, f"none: main.cpp does not include {PCH_HEADER}"
     else:
         try:
