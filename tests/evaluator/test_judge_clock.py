@@ -286,6 +286,18 @@ def test_work_outside_the_timed_windows(before_call: float, before_null: float, 
     assert notes and "outside the timed windows" in notes[0]
 
 
+def test_uneven_work_before_the_calls_on_reused_inputs_buys_no_slack_from_its_own_spread() -> None:
+    """Work before the calls that reuse their null's inputs, landing unevenly, spreads those windows;
+    the allowance comes from the windows every worker stages alike, not from the ones tested
+    (`cases/work_in_null_window` passed this way, 3.2 ms against 0.7 ms, its own spread as noise)."""
+    clock = _outside(700.0, 710.0, 300.0)
+    warm = [i for i, fresh in enumerate(clock.outside_fresh) if not fresh]
+    for k, i in enumerate(warm):  # the work lands at a different point of each window: 0.7 to 6.2 ms
+        clock.outside_cpu_us[i] = 680.0 + 500.0 * k
+    evidence, notes = outside_disagreement(clock, calls=24)
+    assert evidence and "before each call on the inputs its null had just staged" in evidence[0][1], notes
+
+
 def test_too_few_readings_outside_the_windows_flag_nothing() -> None:
     evidence, notes = outside_disagreement(_outside(5000.0, 100.0, 50.0, n=2), calls=2)
     assert not evidence and "too few" in notes[0]
@@ -351,6 +363,16 @@ def test_a_null_dearer_than_the_controls_is_work_in_the_subtracted_window(cpu: f
     evidence, notes = null_disagreement(clock)
     assert bool(evidence) == flagged, (evidence, notes)
     assert len(notes) == 1 and "CPU" in notes[0]
+
+
+def test_uneven_work_in_the_nulls_buys_no_slack_from_its_own_spread() -> None:
+    """Work in the nulls, unevenly (0.3 to 3.6 ms): the worker's own spread is what is tested, the
+    control's bounds it."""
+    clock = _outside(200.0, 200.0, 60.0)
+    clock.null_cpu_us[:] = [300.0 + 300.0 * i for i in range(len(clock.null_wall_us))]
+    _with_control(clock, 200.0, 300.0, 500.0)
+    evidence, notes = null_disagreement(clock)
+    assert evidence, notes
 
 
 def test_without_a_control_the_nulls_are_not_compared() -> None:
