@@ -96,6 +96,9 @@ class SandboxSettings:
     prebuild_baselines: bool = _sandbox("prebuild_baselines", "compile the torch.compile baselines once per task, "
                                         "shape and torch version, beside the job, in a process without candidate "
                                         "code (later verdicts compile from that cache in seconds)")
+    headers_from: str = _sandbox("headers_from", "another build cache whose prebuilt torch headers are linked into "
+                                 "this one before each job (same filesystem), so that a new cache starts with them "
+                                 "(empty: none)")
     ray_address: str | None = _s(None, "Ray cluster address, or 'auto'")
     stage_budget: str = _s("", "each stage's share of timeout_s, e.g. 'build=0.6,correctness=0.2,timing=0.1,"
                            "profile=0.1' (groups left out keep their defaults: build 0.80, correctness 0.10, "

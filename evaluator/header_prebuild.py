@@ -26,8 +26,10 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -95,13 +97,31 @@ def _passes_cuda(call: ast.Call, words: dict[str, ast.expr]) -> bool:
     return value is not None and not (isinstance(value, ast.Constant) and value.value in (None, "", ()))
 
 
-def start(cache_dir: str, source: str, python: str = sys.executable, cuda_allowed: bool = True) -> list[FlagSet]:
+def start(cache_dir: str, source: str, python: str = sys.executable, cuda_allowed: bool = True,
+          emulated: bool = False) -> list[FlagSet]:
     """Start a detached builder for each flag set of `source` whose header is not built yet, and
-    return the sets it was started for. The builder exits at once when another holds its lock."""
-    started = []
+    return the sets it was started for. The builder exits at once when another holds its lock.
+    `emulated`: the job's CUDA sources will run in the CPU emulation (no GPU here), whose build
+    reads the header with flags of its own (`emulation_flag_set`)."""
+    return prebuild(cache_dir, wanted_sets(source, cuda_allowed, emulated), python)
+
+
+def wanted_sets(source: str, cuda_allowed: bool = True, emulated: bool = False) -> list[FlagSet]:
+    """The flag sets `start` builds for `source`."""
+    wanted = []
     for flags in flag_sets(source):
         if flags.cuda and not cuda_allowed:
             continue
+        wanted.append(flags)
+        if flags.cuda and emulated:
+            wanted.append(emulation_flag_set(flags))
+    return list(dict.fromkeys(wanted))
+
+
+def prebuild(cache_dir: str, sets: list[FlagSet], python: str = sys.executable) -> list[FlagSet]:
+    """Start a detached builder for each of `sets` not built yet; the sets it was started for."""
+    started = []
+    for flags in dict.fromkeys(sets):
         if _marker(cache_dir, flags).exists():
             continue
         trusted = Path(cache_dir) / build_cache.TRUSTED_TREE
@@ -113,6 +133,53 @@ def start(cache_dir: str, source: str, python: str = sys.executable, cuda_allowe
                              stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         started.append(flags)
     return started
+
+
+def emulation_flag_set(flags: FlagSet) -> FlagSet:
+    """The flags the CPU emulation builds a CUDA `load_inline` call with (`cuda_emulation.build`):
+    its own cflags and the call's -D/-U/-I, its headers first on the include path, no CUDA."""
+    from agentforge.evaluator.cuda_emulation.build import EMULATION_CFLAGS, INCLUDE_DIR
+
+    return FlagSet(cflags=(*EMULATION_CFLAGS, *(f for f in flags.cflags if f.startswith(("-D", "-U", "-I")))),
+                   includes=(str(INCLUDE_DIR), *flags.includes), cuda=False)
+
+
+def link_prebuilt(source_cache: str, cache_dir: str) -> list[str]:
+    """Link the precompiled headers ready in `source_cache`'s trusted tree into `cache_dir`'s (hard
+    links: the sandbox binds only `cache_dir`), for those not there yet; the keys linked. For a
+    cache that starts empty (a test's, a CI job's, a Ray worker's) beside one whose parent built
+    them. The source must be a trusted tree too: what is linked is read by every later build."""
+    source = Path(source_cache) / build_cache.TRUSTED_TREE / "pch"
+    target = Path(cache_dir) / build_cache.TRUSTED_TREE / "pch"
+    if not source.is_dir() or source.resolve() == target.resolve():
+        return []
+    linked = []
+    for entry in sorted(source.iterdir()):
+        if entry.name.startswith(".") or not (entry / "READY").is_file() or (target / entry.name).exists():
+            continue
+        staging = Path(tempfile.mkdtemp(prefix=".linking-", dir=_made(target)))
+        try:
+            for path in sorted(entry.rglob("*")):
+                to = staging / path.relative_to(entry)
+                if path.is_dir():
+                    to.mkdir()
+                elif path.name != "READY":
+                    os.link(path, to)
+            (staging / "READY").write_text("ok\n")  # last, as `build_cache.publish` does
+            _readable_by_all(staging)
+            os.rename(staging, target / entry.name)
+            linked.append(entry.name)
+        except OSError:  # another filesystem (no hard link), or linked by another job meanwhile
+            shutil.rmtree(staging, ignore_errors=True)
+    return linked
+
+
+def _made(folder: Path) -> Path:
+    """`folder` and the trusted tree above it, made readable (not writable) by the sandbox's uid."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in (folder.parent, folder):
+        path.chmod(0o755)
+    return folder
 
 
 def _marker(cache_dir: str, flags: FlagSet) -> Path:

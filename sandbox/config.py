@@ -65,6 +65,9 @@ class SandboxConfig:
     warm_spares: int = 1  # CPU-job children started ahead of their job (see sandbox/spares.py)
     prebuild_headers: bool = True  # the parent precompiles torch's extension header for load_inline candidates
     prebuild_baselines: bool = True  # the parent compiles torch.compile baselines once per task and shape
+    # Another build cache whose trusted precompiled headers are linked into this one before each job
+    # (`header_prebuild.link_prebuilt`): a cache that starts empty starts with them. Empty: none.
+    headers_from: str = ""
     keep_workdir: bool = False  # leave the workdir (stdout, stderr, build files) after the run
     kill_grace_s: float = 2.0  # SIGTERM to SIGKILL of the process group at the end
     stage_shares: tuple[tuple[str, float], ...] = ()  # replace the jobs' StageBudget shares (stage_budget.py)
@@ -116,6 +119,7 @@ def from_settings(settings: SandboxSettings, cache_dir: str) -> SandboxConfig:
         docker_image=settings.docker_image,
         prebuild_headers=bool(settings.prebuild_headers),
         prebuild_baselines=bool(settings.prebuild_baselines),
+        headers_from=str(settings.headers_from),
         warm_spares=int(settings.warm_spares),
         stage_shares=tuple(parse_shares(settings.stage_budget).items()),
         extra=extra,

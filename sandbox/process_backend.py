@@ -23,6 +23,7 @@ from typing import BinaryIO
 
 from agentforge.evaluator import build_cache, header_prebuild
 from agentforge.evaluator.build_cache import TRUSTED_TREE
+from agentforge.evaluator.cuda_emulation import judge as emulation
 from agentforge.evaluator.judge import baseline_cache, stage_budget
 from agentforge.evaluator.result import EvalJob, EvalResult
 from agentforge.sandbox import channel, isolation, reaper, spares, verdict
@@ -216,8 +217,10 @@ class ProcessBackend:
             workdir, plan, python = spare.workdir, spare.plan, spare.python
         else:
             workdir, plan, python = self._prepare(job_dir)
+        if cfg.headers_from:
+            header_prebuild.link_prebuilt(cfg.headers_from, plan.cache_dir)
         if cfg.prebuild_headers and "load_inline" in job.candidate_source:
-            header_prebuild.start(plan.cache_dir, job.candidate_source, python)
+            header_prebuild.start(plan.cache_dir, job.candidate_source, python, emulated=emulation.applies(job))
         baseline = baseline_cache.spec_for_job(job, _has_cuda()) if cfg.prebuild_baselines else None
         if baseline is not None:  # compiled beside the job by a process that never sees the candidate
             baseline_cache.start(plan.cache_dir, baseline, python)

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 from agentforge.evaluator import build_cache
-from agentforge.evaluator.header_prebuild import FlagSet, flag_sets
+from agentforge.evaluator.cuda_emulation import build as emulation_build
+from agentforge.evaluator.header_prebuild import FlagSet, flag_sets, link_prebuilt, wanted_sets
 from agentforge.sandbox.process_backend import prepare_cache
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -35,6 +36,47 @@ d = load_inline(name="d", cpp_sources=cpp, with_cuda=True)
     assert flag_sets("def broken(:\n") == [] and flag_sets("x = 1\n") == []
 
 
+def test_a_cuda_candidate_that_will_be_emulated_also_gets_the_emulations_header(monkeypatch) -> None:
+    """Without a GPU a CUDA `load_inline` candidate is built twice over torch's header: main.cpp of
+    nvcc's compile-only verdict (the CUDA flag set) and the CPU emulation's build, with flags of its
+    own. The set prebuilt for the emulation is the one its build asks for."""
+    source = 'm = load_inline(name="m", cpp_sources=cpp, cuda_sources=cu, extra_cflags=["-DX=1", "-O3"])\n'
+    cuda = FlagSet(cflags=("-DX=1", "-O3"), cuda=True)
+    assert wanted_sets(source) == [cuda]
+    (emulated,) = [f for f in wanted_sets(source, emulated=True) if f != cuda]
+    asked: dict = {}
+    monkeypatch.setattr(emulation_build, "_CPU_BUILD", [lambda name, **kw: asked.update(kw)])
+    emulation_build.load_inline_emulated("m", cpp_sources="int f();", cuda_sources="__global__ void k() {}",
+                                         extra_cflags=["-DX=1", "-O3"])
+    assert emulated == FlagSet(cflags=tuple(asked["extra_cflags"]), includes=tuple(asked["extra_include_paths"]),
+                               cuda=bool(asked["with_cuda"]))
+    assert wanted_sets(source, cuda_allowed=False, emulated=True) == []
+
+
+def _store(root: Path, key: str, ready: bool = True) -> Path:
+    entry = root / build_cache.TRUSTED_TREE / "pch" / key
+    (entry / "torch").mkdir(parents=True)
+    (entry / "torch" / "extension.h").write_text("#include_next <torch/extension.h>\n")
+    (entry / "torch" / "extension.h.gch").write_bytes(b"\0" * 4096)
+    if ready:
+        (entry / "READY").write_text("ok\n")
+    return entry
+
+
+def test_prebuilt_headers_are_linked_into_a_new_cache_once_and_readable_by_the_sandbox(tmp_path: Path) -> None:
+    store, cache = tmp_path / "store", tmp_path / "cache"
+    built = _store(store, "a" * 24)
+    _store(store, "b" * 24, ready=False)  # a build still running there is not linked
+    assert link_prebuilt(str(store), str(cache)) == ["a" * 24]
+    linked = cache / build_cache.TRUSTED_TREE / "pch" / ("a" * 24)
+    assert (linked / "READY").is_file() and not (cache / build_cache.TRUSTED_TREE / "pch" / ("b" * 24)).exists()
+    gch = linked / "torch" / "extension.h.gch"
+    assert gch.stat().st_ino == (built / "torch" / "extension.h.gch").stat().st_ino  # a link, not a 800 MB copy
+    assert gch.stat().st_mode & 0o777 == 0o644 and linked.stat().st_mode & 0o777 == 0o755
+    assert link_prebuilt(str(store), str(cache)) == []  # already there
+    assert link_prebuilt(str(cache), str(cache)) == [] and link_prebuilt(str(tmp_path / "none"), str(cache)) == []
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="the cache is chown'd to the sandbox uid only when started as root")
 def test_preparing_the_cache_for_the_sandbox_leaves_the_trusted_tree_to_the_parent(tmp_path: Path) -> None:
     (tmp_path / build_cache.TRUSTED_TREE / "pch").mkdir(parents=True)
@@ -46,7 +88,7 @@ def test_preparing_the_cache_for_the_sandbox_leaves_the_trusted_tree_to_the_pare
 
 
 def _eval(cache: Path, candidate: Path, prebuild: bool) -> dict:
-    env = {**os.environ, "AGENTFORGE_CACHE_DIR": str(cache),
+    env = {**os.environ, "AGENTFORGE_CACHE_DIR": str(cache), "AGENTFORGE_SANDBOX_HEADERS_FROM": "",
            "AGENTFORGE_SANDBOX_PREBUILD_HEADERS": "true" if prebuild else "false"}
     done = subprocess.run([sys.executable, "-m", "agentforge", "eval", "level1/relu", str(candidate), "--json",
                            "--backend", "cpu", "--shape", "small", "--no-compile-baseline", "--no-timing"],
