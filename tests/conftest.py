@@ -33,6 +33,16 @@ os.environ.setdefault("AGENTFORGE_SANDBOX_PREBUILD_BASELINES", "false")
 # tests/sandbox/test_spares.py turns spares on where it tests them.
 os.environ.setdefault("AGENTFORGE_SANDBOX_WARM_SPARES", "0")
 
+# Every test's build cache starts with torch's precompiled headers for the flag sets most builds use
+# (`SandboxConfig.headers_from`): a user's cache has them after the parent's first background build,
+# and a test's own empty cache would otherwise compile torch/extension.h in full for each load_inline
+# build (about 25 s a build here; 7 s with the header). Built once per machine, in the background at
+# the first run's start, into a store keyed by content like any build cache; the tests of the
+# header itself (tests/sandbox/test_header_prebuild.py, tests/evaluator/test_build_speed.py) use
+# caches of their own without it.
+HEADERS_FROM = "AGENTFORGE_SANDBOX_HEADERS_FROM"
+TEST_HEADERS = Path(tempfile.gettempdir()) / f"agentforge-test-headers-{os.geteuid()}"
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TIERS = Path(__file__).with_name("tiers.txt")
 TIER_MARKERS = ("process", "slow")
@@ -143,8 +153,31 @@ def _learn_the_machine() -> None:
         isolation.probe(mode)
 
 
+def _start_test_headers() -> None:
+    """Point every sandbox of this run at the shared header store, and start its builders (detached;
+    a builder whose header is built or being built exits at once)."""
+    from agentforge.evaluator import header_prebuild
+    from agentforge.evaluator.header_prebuild import FlagSet
+    from agentforge.evaluator.worker.compile_only import find_nvcc
+
+    try:
+        TEST_HEADERS.mkdir(mode=0o755, exist_ok=True)
+        if TEST_HEADERS.lstat().st_uid != os.geteuid() or TEST_HEADERS.is_symlink():
+            return  # not ours: every test compiles without it, as before
+        TEST_HEADERS.chmod(0o755)
+    except OSError:
+        return
+    os.environ[HEADERS_FROM] = str(TEST_HEADERS)
+    sets = [FlagSet()]
+    if find_nvcc() is not None:  # compile-only CUDA verdicts' main.cpp, and the emulation's build
+        sets += [FlagSet(cuda=True), header_prebuild.emulation_flag_set(FlagSet(cuda=True))]
+    header_prebuild.prebuild(str(TEST_HEADERS), sets)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if not config.getoption("--refuse-processes"):
+        if not hasattr(config, "workerinput") and HEADERS_FROM not in os.environ:  # xdist's controller, once
+            _start_test_headers()
         return
     _learn_the_machine()
     execute_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]
@@ -171,22 +204,25 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         _current[0] = None
 
 
-QUIET_SANDBOX = {"warm_spares": 0, "prebuild_headers": False, "prebuild_baselines": False}
+def quiet_sandbox() -> dict[str, Any]:
+    return {"warm_spares": 0, "prebuild_headers": False, "prebuild_baselines": False,
+            "headers_from": os.environ.get(HEADERS_FROM, "")}
 
 
 @pytest.fixture(autouse=True)
 def _quiet_sandbox_defaults(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A `Settings()` made in a test (not read from this environment) gets no spare child and no
-    header or baseline prebuild: each test has folders of its own, where a spare is never reused and
-    a background build (90 s of both cores for the header) outlives its test and slows the next ones.
-    Tests marked `user_defaults` get a user's defaults (tests/fixtures/sandbox.py does the same for
-    a `SandboxConfig` a test makes)."""
+    """A `Settings()` made in a test (not read from this environment) gets no spare child, no
+    header or baseline prebuild, and the shared headers (`HEADERS_FROM`): each test has folders of
+    its own, where a spare is never reused and a background build (90 s of both cores for the
+    header) outlives its test and slows the next ones. Tests marked `user_defaults` get a user's
+    defaults (tests/fixtures/sandbox.py does the same for a `SandboxConfig` a test makes)."""
     if request.node.get_closest_marker("user_defaults"):
         return
     from agentforge.sandbox import config
 
     users = config.default_of
-    monkeypatch.setattr(config, "default_of", lambda name: QUIET_SANDBOX.get(name, users(name)))
+    quiet = quiet_sandbox()
+    monkeypatch.setattr(config, "default_of", lambda name: quiet.get(name, users(name)))
 
 
 @pytest.fixture(scope="session")
