@@ -87,8 +87,8 @@ def test_preparing_the_cache_for_the_sandbox_leaves_the_trusted_tree_to_the_pare
     assert (tmp_path / build_cache.TRUSTED_TREE / "pch").stat().st_uid == 0
 
 
-def _eval(cache: Path, candidate: Path, prebuild: bool) -> dict:
-    env = {**os.environ, "AGENTFORGE_CACHE_DIR": str(cache), "AGENTFORGE_SANDBOX_HEADERS_FROM": "",
+def _eval(cache: Path, candidate: Path, prebuild: bool, headers_from: str = "") -> dict:
+    env = {**os.environ, "AGENTFORGE_CACHE_DIR": str(cache), "AGENTFORGE_SANDBOX_HEADERS_FROM": headers_from,
            "AGENTFORGE_SANDBOX_PREBUILD_HEADERS": "true" if prebuild else "false"}
     done = subprocess.run([sys.executable, "-m", "agentforge", "eval", "level1/relu", str(candidate), "--json",
                            "--backend", "cpu", "--shape", "small", "--no-compile-baseline", "--no-timing"],
@@ -99,6 +99,8 @@ def _eval(cache: Path, candidate: Path, prebuild: bool) -> dict:
 
 @pytest.mark.slow  # a real header build: about 70-90 s of both cores and 2 GB
 def test_the_first_eval_starts_the_header_build_and_later_cold_builds_read_it(tmp_path: Path) -> None:
+    """Then a new, empty cache told to start from this one (`headers_from`) reads the same header
+    at its first build, as a hard link in its own trusted tree."""
     cache = tmp_path / "cache"
     first = _eval(cache, CANDIDATE, prebuild=True)
     assert first["status"] == "ok", first["error"]
@@ -119,3 +121,11 @@ def test_the_first_eval_starts_the_header_build_and_later_cold_builds_read_it(tm
     assert gch.stat().st_mode & 0o004  # readable by the sandbox's uid
     if os.geteuid() == 0:  # the sandbox runs as another uid: it may read the tree and not write it
         assert gch.stat().st_uid == 0 and not gch.stat().st_mode & 0o022
+
+    fresh = tmp_path / "fresh-cache"
+    third = _eval(fresh, CANDIDATE, prebuild=False, headers_from=str(cache))
+    assert third["status"] == "ok" and not third["compile"]["cached"], third["error"]
+    assert "(prebuilt by the parent)" in third["compile"]["log_tail"].splitlines()[0]
+    linked = fresh / gch.relative_to(cache)
+    assert str(linked.parent.parent) in third["compile"]["log_tail"]
+    assert linked.stat().st_ino == gch.stat().st_ino
