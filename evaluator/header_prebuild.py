@@ -115,7 +115,7 @@ def wanted_sets(source: str, cuda_allowed: bool = True, emulated: bool = False) 
         wanted.append(flags)
         if flags.cuda and emulated:
             wanted.append(emulation_flag_set(flags))
-    return list(dict.fromkeys(wanted))
+    return wanted
 
 
 def prebuild(cache_dir: str, sets: list[FlagSet], python: str = sys.executable) -> list[FlagSet]:
