@@ -413,13 +413,18 @@ def _patching(tree: ast.Module, aliases: dict[str, str] | None = None) -> list[S
 
 
 def native_findings(opened: Iterable[str], symbols: Iterable[tuple[str, str]], needed: dict[str, list[str]],
-                    own: str = "", mapped: Iterable[str] = ()) -> list[StaticFinding]:
+                    own: str = "", mapped: Iterable[str] = (), written: Iterable[str] = ()) -> list[StaticFinding]:
     """`library_fallback` from what the worker's audit hook saw candidate code do through `ctypes`
     (libraries opened, symbols resolved; names assembled at run time included), from what the
     libraries it opened link against (`needed`: read from their ELF headers by the judge), and from
     the libraries mapped into the worker after its setup (`mapped`: read by the judge from
-    /proc/PID/maps, whatever opened them: cffi, or the loader called from native code)."""
+    /proc/PID/maps, whatever opened them: cffi, or the loader called from native code), and from
+    the files mapped as code there that the worker wrote itself where the judge builds its code
+    (`written`: `WorkerClient.code_it_wrote`; no honest candidate runs code no build rule read)."""
     found = []
+    for path in written:
+        found.append(StaticFinding("library_fallback", f"the worker runs {path} as code: a file it wrote itself, "
+                                                       "not a build of the judge's (read by the judge from /proc)"))
     for path in mapped:
         if _LINKED_LIBRARY.search(path.rsplit("/", 1)[-1]):
             found.append(StaticFinding("library_fallback", f"the worker mapped {path} after its setup (read by the "

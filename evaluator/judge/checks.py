@@ -77,7 +77,8 @@ def _native_libraries(ev: Evidence) -> Iterable[Finding]:
     symbols = [(str(p[0])[:500], str(p[1])[:200]) for p in final.get("symbols", [])
                if isinstance(p, list | tuple) and len(p) == 2][:2000]
     found = integrity.native_findings(opened, symbols, elf_needed.needed([p for p in opened if p.startswith("/")]),
-                                      own=str(build_cache.cache_root()), mapped=final.get("mapped_since_setup", []))
+                                      own=str(build_cache.cache_root()), mapped=final.get("mapped_since_setup", []),
+                                      written=final.get("code_it_wrote", []))
     return [(f.rule, f.evidence) for f in found]
 
 

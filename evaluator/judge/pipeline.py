@@ -577,6 +577,7 @@ def _final(client: WorkerClient) -> dict[str, Any]:
     reply = client.send(Finish())
     reply["evidence"] = FinishReply.parse(reply).evidence  # checked: counts, evidence, launches
     reply["mapped_since_setup"] = client.libraries_since_setup()  # the judge's own reading, not the worker's
+    reply["code_it_wrote"] = client.code_it_wrote()  # likewise
     return reply
 
 

@@ -49,6 +49,18 @@ def mapped_libraries(pid: int) -> set[str] | None:
     return {path for path in paths if path.startswith("/") and ".so" in path.rsplit("/", 1)[-1]}
 
 
+def executable_files(pid: int) -> set[str] | None:
+    """Paths of the files mapped executable into process `pid` (from /proc/PID/maps, as the process
+    sees them: any name, not only `*.so`), or None where the map may not be read."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    rows = (line.split(None, 5) for line in lines)
+    return {row[5] for row in rows if len(row) == 6 and "x" in row[1] and row[5].startswith("/")}
+
+
 def uid_of(pid: int) -> int | None:
     """The real uid of process `pid`, from /proc, or None."""
     try:

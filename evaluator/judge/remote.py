@@ -14,6 +14,7 @@ worker's samples can be held against it.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import signal
@@ -25,6 +26,7 @@ from typing import Any
 import torch
 from agentforge.evaluator.judge.proc_view import (
     cpu_ns,
+    executable_files,
     filters_of,
     filters_text,
     mapped_libraries,
@@ -62,6 +64,7 @@ class WorkerClient:
         self.closed = False
         self.reaped = False
         self.mapped_at_setup: set[str] | None = None
+        self.code_at_setup: set[str] | None = None  # every file mapped executable then, not only `*.so`
         self.landing_owner: object | None = None  # the RemoteModel whose landing arena the worker holds (one at a time)
         self.sampler: Any = None  # the judge's native sampler of this worker (`native_sampler`), told of each request
         self.separation: dict[str, Any] = {}  # how the worker is kept apart (`setup`, `seal`), for the provenance
@@ -77,6 +80,7 @@ class WorkerClient:
         if reply.get("ready") is not True:
             raise WorkerBroken("the worker did not confirm its setup")
         self.mapped_at_setup = mapped_libraries(self.pid)
+        self.code_at_setup = executable_files(self.pid)
         said = reply.get("separation")
         said = {k: str(v)[:300] for k, v in said.items() if isinstance(k, str)} if isinstance(said, dict) else {}
         # What the worker said it did, then what the judge reads of it from outside (/proc).
@@ -129,6 +133,30 @@ class WorkerClient:
         if now is None or self.mapped_at_setup is None:
             return []
         return sorted(now - self.mapped_at_setup)
+
+    def code_it_wrote(self) -> list[str]:
+        """Files mapped executable into the worker since its setup that it wrote itself (owned by its
+        uid, where that is not the judge's) and that are no artifact the judge built (by content):
+        machine code that no build rule read. Only where the judge builds the worker's code
+        (`builds`): elsewhere the worker's own builds are files it wrote. Read by the judge, through
+        the worker's own view of its files (`/proc/PID/root`: it has a /tmp of its own)."""
+        worker_uid = uid_of(self.pid) if not self.closed else None
+        if self.builds is None or worker_uid is None or worker_uid == os.geteuid() or self.code_at_setup is None:
+            return []
+        now = executable_files(self.pid) or set()
+        found = []
+        for path in sorted(now - self.code_at_setup):
+            seen = f"/proc/{self.pid}/root{path}"
+            try:
+                with open(seen if os.path.exists(seen) else path, "rb") as f:
+                    if os.fstat(f.fileno()).st_uid != worker_uid:
+                        continue
+                    digest = hashlib.file_digest(f, "sha256").hexdigest()
+            except OSError:
+                continue
+            if digest not in self.builds.artifacts:
+                found.append(path)
+        return found[:20]
 
     def send(self, message: messages.Request) -> dict[str, Any]:
         """One typed request, its reply (checked as `request` checks every reply)."""
