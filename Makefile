@@ -55,12 +55,11 @@ lint: setup
 	$(VENV)/bin/ruff check .
 
 # Two workers (pytest-xdist), a test file each at a time: most tests wait on a process (a sandbox
-# child, a compiler, a server) more than they compute, so two keep both cores busy. Files are handed
-# out heaviest first (tests/weights.txt, tests/conftest.py) rather than by their number of tests,
-# xdist's default. TEST_WORKERS=0 runs in this process, one test at a time.
+# child, a compiler, a server) more than they compute, so two keep both cores busy. TEST_WORKERS=0
+# runs in this process, one test at a time.
 TEST_WORKERS ?= 2
 test: setup system-deps lint $(if $(HAS_NVCC),cuda-venv)
-	$(VENV)/bin/pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder) $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 # The inner loop: every module's unit tests, within 3 minutes on 2 cores. It leaves out what only
 # `make test` runs: tests that start a process (`process`: sandbox children, the CLI, compilers,

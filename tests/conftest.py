@@ -45,7 +45,6 @@ TEST_HEADERS = Path(tempfile.gettempdir()) / f"agentforge-test-headers-{os.geteu
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TIERS = Path(__file__).with_name("tiers.txt")
-WEIGHTS = Path(__file__).with_name("weights.txt")
 TIER_MARKERS = ("process", "slow")
 
 
@@ -114,29 +113,8 @@ def _mark_tiers(items: list[pytest.Item], path: Path, strict: bool) -> None:
         warnings.warn(message, pytest.PytestConfigWarning, stacklevel=1)
 
 
-def read_weights(path: Path = WEIGHTS) -> dict[str, float]:
-    """Seconds per test file from a full run (`scripts/test_weights.py`); {} without the file."""
-    weights: dict[str, float] = {}
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            seconds, _, name = line.partition(" ")
-            if line.strip() and not line.startswith("#"):
-                weights[name.strip()] = float(seconds)
-    return weights
-
-
-def heaviest_files_first(items: list[pytest.Item], weights: dict[str, float]) -> list[pytest.Item]:
-    """The items with the heaviest files first (a stable sort: each file's tests keep their order and
-    stay together; files without a weight follow, in collection order). pytest-xdist's `loadfile`
-    hands files out in this order (`--no-loadscope-reorder`, Makefile), so the longest start first and
-    the run does not end with one worker idle beside a 4-minute file (longest processing time first)."""
-    return sorted(items, key=lambda item: -weights.get(item.nodeid.split("::", 1)[0], 0.0))
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     _mark_tiers(items, Path(config.getoption("--tiers")), strict=config.getoption("--refuse-processes"))
-    if hasattr(config, "workerinput"):  # an xdist worker: its collection is what the controller schedules
-        items[:] = heaviest_files_first(items, read_weights())
     if _cuda_available():
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (none visible to torch)")

@@ -51,20 +51,3 @@ def test_a_line_naming_a_test_that_is_gone_stops_a_fast_tier_run(tmp_path: Path)
     assert out.returncode != 0
     assert "names tests that no longer exist: tests/test_tiers.py::test_that_was_renamed" in out.stdout + out.stderr
     assert TIERS.name == "tiers.txt"
-
-
-def test_every_weighted_file_exists_and_the_heaviest_are_handed_out_first() -> None:
-    from tests.conftest import heaviest_files_first, read_weights
-
-    weights = read_weights()
-    assert len(weights) > 50 and all((REPO_ROOT / name).is_file() for name in weights), \
-        [n for n in weights if not (REPO_ROOT / n).is_file()]
-
-    class Item:
-        def __init__(self, nodeid: str) -> None:
-            self.nodeid = nodeid
-
-    items = [Item(n) for n in ("tests/a.py::x", "tests/b.py::y", "tests/b.py::z", "tests/c.py::w", "tests/a.py::v")]
-    ordered = heaviest_files_first(items, {"tests/b.py": 9.0, "tests/c.py": 3.0})  # type: ignore[arg-type]
-    assert [i.nodeid for i in ordered] == ["tests/b.py::y", "tests/b.py::z", "tests/c.py::w", "tests/a.py::x",
-                                           "tests/a.py::v"]
