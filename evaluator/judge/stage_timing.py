@@ -104,12 +104,20 @@ def _input_bytes(values: list[Any]) -> int:
     return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
 
 
+# Normal noise: a standard deviation is 1.4826 median absolute deviations, and the median of n
+# readings has a standard error of 1.2533 standard deviations / sqrt(n).
+MAD_TO_SD = 1.4826
+MEDIAN_SE = 1.2533
+
+
 def _uncertainty(estimates: list[float], noise: float, absolute: float) -> float:
-    """Three standard errors of the median of `estimates` (noise: the null round trips' spread), plus
-    an absolute floor."""
+    """Three standard errors of the median of `estimates`, from the larger of their own median absolute
+    deviation and `noise` (the null round trips'), plus an absolute floor. (Until 2026-12-02 this took
+    3 x MAD / sqrt(n), about 1.6 standard errors: under normal noise an honest median crosses that
+    about one time in 18, where three standard errors allow one in 740.)"""
     centre = statistics.median(estimates)
     spread = statistics.median(abs(e - centre) for e in estimates)
-    return absolute + 3 * max(noise, spread) / len(estimates) ** 0.5
+    return absolute + 3 * MEDIAN_SE * MAD_TO_SD * max(noise, spread) / len(estimates) ** 0.5
 
 
 def clock_disagreement(samples_us: list[float], clock: Clock, threads: int | None = None) -> ClockCheck:
@@ -179,7 +187,7 @@ def outside_disagreement(clock: Clock, calls: int) -> tuple[list[tuple[str, str]
     # the calls that reuse their null's inputs, which are the ones tested below. Work done before some
     # of those calls and not others spreads them; counted as noise, it bought its own slack (a cheat
     # that worked before most such calls, 3.2 ms against 0.7 ms, passed beside a 4 ms allowance).
-    noise = max(spread(cold), spread(null)) * 1.4826
+    noise = max(spread(cold), spread(null)) * MAD_TO_SD
     slack = (OUTSIDE_SLACK_US + OUTSIDE_RELATIVE * max(before_cold, before_null)
              + 3 * noise * (1 / len(cold) + 1 / len(null)) ** 0.5)
     staged = cold + null  # every window that staged new inputs: where work on them can first be done
@@ -235,7 +243,7 @@ def null_disagreement(clock: Clock) -> tuple[list[tuple[str, str]], list[str]]:
         ours, theirs = _trimmed_mean(mine), _trimmed_mean(control)
         # The clean side's spread: the worker's own is what is tested (work in some of its nulls and
         # not others spreads them, and would widen its own allowance).
-        noise = spread(control) * 1.4826
+        noise = spread(control) * MAD_TO_SD
         bound = CONTROL_RATIO * theirs + CONTROL_FLOOR_US + 3 * noise * (1 / len(mine) + 1 / len(control)) ** 0.5
         notes.append(f"null round trips ({clock_name}, trimmed means): {ours:.1f} us in the worker, {theirs:.1f} us "
                      "in the control worker")
