@@ -423,8 +423,9 @@ def native_findings(opened: Iterable[str], symbols: Iterable[tuple[str, str]], n
     (`written`: `WorkerClient.code_it_wrote`; no honest candidate runs code no build rule read)."""
     found = []
     for path in written:
-        found.append(StaticFinding("library_fallback", f"the worker runs {path} as code: a file it wrote itself, "
-                                                       "not a build of the judge's (read by the judge from /proc)"))
+        what = "a file it removed since mapping it" if path.endswith(" (deleted)") else "a file it wrote itself"
+        found.append(StaticFinding("library_fallback", f"the worker runs {path} as code: {what}, not a build of "
+                                                       "the judge's (read by the judge from /proc)"))
     for path in mapped:
         if _LINKED_LIBRARY.search(path.rsplit("/", 1)[-1]):
             found.append(StaticFinding("library_fallback", f"the worker mapped {path} after its setup (read by the "

@@ -151,8 +151,11 @@ class JudgeBuilds:
         if not hasattr(data, "numpy") or data.dtype.itemsize != 1 or data.dim() != 1:
             return {"ok": False, "error": "the control worker sent no artifact", "log": log}
         if not target.parent.is_dir():
-            target.parent.mkdir()
-            target.parent.chmod(0o755)  # the judge's umask may be 077: the worker reads what it is handed
+            try:
+                target.parent.mkdir()
+                target.parent.chmod(0o755)  # the judge's umask may be 077: the worker reads what it is handed
+            except FileExistsError:  # made by another job's judge meanwhile (two jobs, one new kind)
+                pass
         staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=target.parent))
         content = data.numpy().tobytes()
         (staging / _ARTIFACT).write_bytes(content)

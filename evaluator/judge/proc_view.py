@@ -49,16 +49,21 @@ def mapped_libraries(pid: int) -> set[str] | None:
     return {path for path in paths if path.startswith("/") and ".so" in path.rsplit("/", 1)[-1]}
 
 
-def executable_files(pid: int) -> set[str] | None:
-    """Paths of the files mapped executable into process `pid` (from /proc/PID/maps, as the process
-    sees them: any name, not only `*.so`), or None where the map may not be read."""
+def executable_files(pid: int) -> dict[str, str] | None:
+    """The files mapped executable into process `pid` (from /proc/PID/maps, as the process sees them:
+    any name, not only `*.so`; " (deleted)" after a file removed since), each with the address range
+    of its first such mapping ("start-end", its name under /proc/PID/map_files), or None where the map
+    may not be read."""
     try:
         with open(f"/proc/{pid}/maps") as f:
             lines = f.read().splitlines()
     except OSError:
         return None
-    rows = (line.split(None, 5) for line in lines)
-    return {row[5] for row in rows if len(row) == 6 and "x" in row[1] and row[5].startswith("/")}
+    found: dict[str, str] = {}
+    for row in (line.split(None, 5) for line in lines):
+        if len(row) == 6 and "x" in row[1] and row[5].startswith("/"):
+            found.setdefault(row[5], row[0])
+    return found
 
 
 def uid_of(pid: int) -> int | None:

@@ -64,7 +64,7 @@ class WorkerClient:
         self.closed = False
         self.reaped = False
         self.mapped_at_setup: set[str] | None = None
-        self.code_at_setup: set[str] | None = None  # every file mapped executable then, not only `*.so`
+        self.code_at_setup: dict[str, str] | None = None  # every file mapped executable then, not only `*.so`
         self.landing_owner: object | None = None  # the RemoteModel whose landing arena the worker holds (one at a time)
         self.sampler: Any = None  # the judge's native sampler of this worker (`native_sampler`), told of each request
         self.separation: dict[str, Any] = {}  # how the worker is kept apart (`setup`, `seal`), for the provenance
@@ -139,16 +139,23 @@ class WorkerClient:
         uid, where that is not the judge's) and that are no artifact the judge built (by content):
         machine code that no build rule read. Only where the judge builds the worker's code
         (`builds`): elsewhere the worker's own builds are files it wrote. Read by the judge, through
-        the worker's own view of its files (`/proc/PID/root`: it has a /tmp of its own)."""
+        the mapping itself (`/proc/PID/map_files`: the file it maps, even one deleted since), else through
+        the worker's own view of its files (`/proc/PID/root`: it has a /tmp of its own). A mapping whose
+        file can be read neither way counts too where it was deleted: nothing honest removes code it
+        runs, and a removed file is what would otherwise escape this check."""
         worker_uid = uid_of(self.pid) if not self.closed else None
         if self.builds is None or worker_uid is None or worker_uid == os.geteuid() or self.code_at_setup is None:
             return []
-        now = executable_files(self.pid) or set()
+        now = executable_files(self.pid) or {}
         found = []
-        for path in sorted(now - self.code_at_setup):
-            seen = f"/proc/{self.pid}/root{path}"
+        for path in sorted(now.keys() - self.code_at_setup.keys()):
+            opened = _first_readable([f"/proc/{self.pid}/map_files/{now[path]}", f"/proc/{self.pid}/root{path}", path])
+            if opened is None:
+                if path.endswith(" (deleted)"):
+                    found.append(path)
+                continue
             try:
-                with open(seen if os.path.exists(seen) else path, "rb") as f:
+                with opened as f:
                     if os.fstat(f.fileno()).st_uid != worker_uid:
                         continue
                     digest = hashlib.file_digest(f, "sha256").hexdigest()
@@ -620,3 +627,13 @@ def _sendable(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return type(value)(_sendable(v) for v in value)
     return value
+
+
+def _first_readable(paths: list[str]) -> Any:
+    """The first of `paths` that opens (binary), or None."""
+    for path in paths:
+        try:
+            return open(path, "rb")
+        except OSError:
+            continue
+    return None
